@@ -1,0 +1,166 @@
+"""The one SlangPy device sopt runs on, and the Slang modules and kernels loaded onto it.
+
+Selection: CUDA where an NVIDIA driver works, else Vulkan (a GPU, or Mesa's software driver lavapipe).
+``SOPT_DEVICE=cuda|vulkan`` forces one. SlangPy's CPU device is never used: it cannot dispatch calls.
+
+Compiled shaders are cached on disk (``SOPT_CACHE_DIR``, default ``$XDG_CACHE_HOME/sopt`` or
+``~/.cache/sopt``) so that a second process does not recompile every kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import sys
+from typing import Any, Sequence
+
+import slangpy as spy
+
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+
+
+def slang_lib_path() -> pathlib.Path:
+    """Folder of sopt's Slang sources: inside the installed package, else beside it in a source tree."""
+    for candidate in (_PACKAGE_DIR / "slang_lib", _PACKAGE_DIR.parent / "slang_lib"):
+        if (candidate / "optim").is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"sopt's Slang sources were not found in {_PACKAGE_DIR / 'slang_lib'} nor {_PACKAGE_DIR.parent / 'slang_lib'}; "
+        "reinstall sopt (pip install .)"
+    )
+
+
+def cache_dir() -> pathlib.Path:
+    """On-disk shader cache folder (``SOPT_CACHE_DIR`` overrides)."""
+    if os.environ.get("SOPT_CACHE_DIR"):
+        return pathlib.Path(os.environ["SOPT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "sopt"
+
+
+class DeviceUnavailableError(RuntimeError):
+    """No usable GPU backend: neither CUDA nor Vulkan could create a device."""
+
+
+_KINDS = {"cuda": spy.DeviceType.cuda, "vulkan": spy.DeviceType.vulkan}
+_device: spy.Device | None = None
+_modules: dict[str, spy.Module] = {}
+_kernels: dict[tuple[str, str], spy.ComputeKernel] = {}
+_dispatches = 0
+
+
+def _cuda_driver_missing() -> str | None:
+    """Why CUDA can't work here (no driver library), or None; checked before SlangPy logs its own errors."""
+    try:
+        ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
+        return None
+    except OSError as exc:
+        return f"NVIDIA driver library not loadable ({exc})"
+
+
+def _create(kind: str) -> spy.Device:
+    if kind == "cuda":
+        missing = _cuda_driver_missing()
+        if missing:
+            raise RuntimeError(missing)
+    cache = cache_dir() / kind
+    cache.mkdir(parents=True, exist_ok=True)
+    return spy.Device(
+        type=_KINDS[kind],
+        enable_hot_reload=False,
+        compiler_options={"include_paths": [str(slang_lib_path()), str(spy.SHADER_PATH)]},
+        shader_cache_path=str(cache / "shaders"),
+        module_cache_path=str(cache / "modules"),
+        label="sopt",
+    )
+
+
+def get_device() -> spy.Device:
+    """The process-wide device, created on first use."""
+    global _device
+    if _device is not None:
+        return _device
+    wanted = os.environ.get("SOPT_DEVICE", "").strip().lower()
+    if wanted and wanted not in _KINDS:
+        raise ValueError(f"SOPT_DEVICE={wanted!r} is not a backend sopt supports; use 'cuda' or 'vulkan'")
+    tried: list[str] = []
+    for kind in [wanted] if wanted else ["cuda", "vulkan"]:
+        try:
+            _device = _create(kind)
+            return _device
+        except Exception as exc:  # SlangPy raises plain RuntimeErrors for missing drivers
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            tried.append(f"  {kind}: {first_line}")
+    raise DeviceUnavailableError(
+        "sopt found no GPU backend. Tried:\n" + "\n".join(tried) + "\n"
+        "Install an NVIDIA driver for CUDA, or a Vulkan driver: on Debian 12 without a GPU, Mesa's software "
+        "driver lavapipe >= 23 (apt-get install -t bookworm-backports mesa-vulkan-drivers). "
+        "SOPT_DEVICE=cuda|vulkan picks one explicitly."
+    ) from None
+
+
+def device_kind() -> str:
+    """'cuda' or 'vulkan': the backend of :func:`get_device`."""
+    return "cuda" if get_device().info.type == spy.DeviceType.cuda else "vulkan"
+
+
+def load_module(name: str) -> spy.Module:
+    """SlangPy module for ``slang_lib/<name>.slang`` (e.g. ``"optim/adam"``), loaded once per process."""
+    module = _modules.get(name)
+    if module is None:
+        module = spy.Module.load_from_file(get_device(), str(slang_lib_path() / f"{name}.slang"))
+        _modules[name] = module
+    return module
+
+
+def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
+    """Compute kernel for the ``[shader("compute")]`` entry point ``entry_point`` of ``slang_lib/<module>.slang``."""
+    key = (module, entry_point)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        device = get_device()
+        program = device.load_program(str(slang_lib_path() / f"{module}.slang"), [entry_point])
+        kernel = device.create_compute_kernel(program)
+        _kernels[key] = kernel
+    return kernel
+
+
+def dispatch(kernel: spy.ComputeKernel, threads: int, encoder: spy.CommandEncoder | None = None, **vars: Any) -> None:
+    """Launch ``threads`` threads of ``kernel``, recorded into ``encoder`` when given (else submitted now).
+
+    ``vars`` bind the kernel's global shader parameters (and uniform entry-point parameters) by name.
+    """
+    global _dispatches
+    _dispatches += 1
+    if encoder is None:
+        kernel.dispatch(thread_count=[threads, 1, 1], vars=vars)
+    else:
+        kernel.dispatch(thread_count=[threads, 1, 1], vars=vars, command_encoder=encoder)
+
+
+def count_dispatch(n: int = 1) -> None:
+    """Record ``n`` dispatches made through SlangPy's functional API (``func(...)``, ``func.bwds(...)``)."""
+    global _dispatches
+    _dispatches += n
+
+
+def dispatch_count() -> int:
+    """Number of GPU dispatches sopt has issued in this process (for tests and profiling)."""
+    return _dispatches
+
+
+def submit(encoder: spy.CommandEncoder) -> None:
+    """Submit the commands recorded in ``encoder``; the host does not wait for them."""
+    get_device().submit_command_buffer(encoder.finish())
+
+
+def synchronize() -> None:
+    """Block until the GPU has finished all submitted work."""
+    get_device().wait()
+
+
+__all__: Sequence[str] = (
+    "DeviceUnavailableError", "cache_dir", "count_dispatch", "device_kind", "dispatch", "dispatch_count",
+    "get_device", "load_kernel", "load_module", "slang_lib_path", "submit", "synchronize",
+)

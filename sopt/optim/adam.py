@@ -1,0 +1,52 @@
+"""Adam (Kingma & Ba 2015) with torch.optim.Adam's semantics. Kernel: slang_lib/optim/adam.slang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sopt.optim.optimizer import Optimizer, check_betas, log_beta
+from sopt.validation import check_float
+
+
+class Adam(Optimizer):
+    r"""Adam, torch.optim.Adam's update at step t (g clipped if ``max_grad_norm``)::
+
+        g    = -g if maximize;  g += weight_decay * p
+        m    = beta1 * m + (1 - beta1) * g
+        v    = beta2 * v + (1 - beta2) * g^2
+        vmax = max(vmax, v)                          (amsgrad; raw second moment, as torch)
+        p   -= lr / (1 - beta1^t) * m / (sqrt(v or vmax) / sqrt(1 - beta2^t) + eps)
+
+    State per element: ``exp_avg`` (m), ``exp_avg_sq`` (v), ``max_exp_avg_sq`` (vmax, with amsgrad).
+    """
+
+    kernel_module = "optim/adam"
+    kernel_entry = "adam_step"
+    state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+    decoupled_weight_decay = False
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, maximize: bool = False, **options: Any) -> None:
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
+        super().__init__(params, defaults, **options)
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        super().check_group(group)
+        group["betas"] = check_betas(group["betas"])
+        check_float(group["eps"], "eps", low=0.0)
+        check_float(group["weight_decay"], "weight_decay", low=0.0)
+
+    def required_states(self) -> set[str]:
+        needed = {"exp_avg", "exp_avg_sq"}
+        if any(g["amsgrad"] for g in self.param_groups):
+            needed.add("max_exp_avg_sq")
+        return needed
+
+    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
+        beta1, beta2 = group["betas"]
+        return {"lr": float(group["lr"]), "beta1": beta1, "beta2": beta2,
+                "one_minus_beta1": 1.0 - beta1, "one_minus_beta2": 1.0 - beta2,
+                "log_beta1": log_beta(beta1), "log_beta2": log_beta(beta2),
+                "eps": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
+                "decoupled": int(self.decoupled_weight_decay), "amsgrad": int(bool(group["amsgrad"])),
+                "maximize": int(bool(group["maximize"]))}

@@ -1,0 +1,280 @@
+"""Optimizer: the base of every sopt optimiser (torch.optim's interface, Slang kernels underneath).
+
+A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters:
+
+1. ``grad_stats`` (only when ``max_grad_norm`` is set or ``skip_nonfinite`` is on): the global gradient norm
+   ``||g||_2`` and the count of non-finite gradient elements, reduced on the GPU. It decides on the GPU
+   whether this step is skipped (any NaN/Inf) and the clip coefficient
+   ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_).
+2. the optimiser's update kernel: reads each gradient, writes zero in its place (zero-on-step) and, unless
+   the step is skipped, applies the update rule to values and state.
+
+The host never waits for the GPU inside ``step()``; it reads the skipped-step count every ``poll_every``
+steps (and in ``state_dict`` / ``skipped_steps``) to warn once when steps were skipped.
+
+Differences from torch.optim: every parameter of the optimiser always has a gradient (zero when nothing
+wrote one), so all parameters are stepped together like torch with ``zero_grad(set_to_none=False)``, and
+``step`` counts are per optimiser rather than per parameter.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, ClassVar, Iterable
+
+import numpy as np
+import slangpy as spy
+
+from sopt import device as dev
+from sopt.optim.arena import ParameterArena
+from sopt.parameter import Parameter, parameters_of
+from sopt.validation import check_float
+
+THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
+MAX_GROUPS = 16        # parameter groups one dispatch handles
+STATS_GROUPS = 512     # most thread groups of the statistics pass
+_CTL_WORDS = 8
+_CTL_SKIPPED = 3
+
+
+def _ctl_buffer(device: spy.Device, words: int) -> spy.Buffer:
+    return device.create_buffer(size=4 * words, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
+                                data=np.zeros(words, np.uint32))
+
+
+class Optimizer:
+    """Base class. Subclasses name their kernel and state, and turn a param group into kernel uniforms.
+
+    Args:
+        params: an iterable of Parameters, an object with ``parameters()``, or a list of dicts
+            ``{"params": [...], **hyperparameters}`` (parameter groups, each with its own hyperparameters).
+        defaults: hyperparameters of groups that don't set them.
+        max_grad_norm: when set (> 0), all gradients are scaled by ``min(1, max_grad_norm / (||g|| + 1e-6))``
+            before the update, ``||g||`` the 2-norm over every parameter of this optimiser.
+        skip_nonfinite: when True, a step whose gradients hold any NaN/Inf leaves parameters and state
+            untouched (gradients are still zeroed) and is counted in ``skipped_steps``.
+        poll_every: steps between host reads of the skipped-step count (each read waits for the GPU).
+    """
+
+    kernel_module: ClassVar[str]
+    kernel_entry: ClassVar[str]
+    state_names: ClassVar[tuple[str, ...]]
+
+    def __init__(self, params: Any, defaults: dict[str, Any], *, max_grad_norm: float | None = None,
+                 skip_nonfinite: bool = True, poll_every: int = 64) -> None:
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict[str, Any]] = []
+        for group in self._normalise_groups(params):
+            self.add_param_group_config(group)
+        if max_grad_norm is not None:
+            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
+        self.max_grad_norm = max_grad_norm
+        self.skip_nonfinite = bool(skip_nonfinite)
+        self.poll_every = int(poll_every)
+        self.arena = ParameterArena([g["params"] for g in self.param_groups])
+        device = dev.get_device()
+        self._ctl = _ctl_buffer(device, _CTL_WORDS)
+        self._partials = _ctl_buffer(device, 2 * STATS_GROUPS)
+        self._dummy = _ctl_buffer(device, 4)
+        self._states: dict[str, spy.Tensor] = {}
+        self._attempts = 0
+        self._skipped_seen = 0
+        self._update = dev.load_kernel(self.kernel_module, self.kernel_entry)
+        self._stats = dev.load_kernel("optim/optimizer", "grad_stats")
+        self._allocate_states()
+
+    # -- parameter groups ------------------------------------------------------------------------------------
+    @staticmethod
+    def _normalise_groups(params: Any) -> list[dict[str, Any]]:
+        if isinstance(params, Parameter) or hasattr(params, "parameters"):
+            return [{"params": parameters_of(params)}]
+        items = list(params)
+        if not items:
+            raise ValueError("optimizer got an empty parameter list")
+        if all(isinstance(item, dict) for item in items):
+            groups = []
+            for i, item in enumerate(items):
+                if "params" not in item:
+                    raise ValueError(f"param group {i} has no 'params' entry")
+                groups.append({**item, "params": parameters_of(item["params"])})
+            return groups
+        return [{"params": parameters_of(items)}]
+
+    def add_param_group_config(self, group: dict[str, Any]) -> None:
+        unknown = set(group) - set(self.defaults) - {"params"}
+        if unknown:
+            raise ValueError(f"param group has unknown option(s) {sorted(unknown)}; allowed: {sorted(self.defaults)}")
+        full = {**self.defaults, **group}
+        if not full["params"]:
+            raise ValueError(f"param group {len(self.param_groups)} has no parameters")
+        self.check_group(full)
+        if len(self.param_groups) >= MAX_GROUPS:
+            raise ValueError(f"at most {MAX_GROUPS} parameter groups are supported, got more")
+        self.param_groups.append(full)
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        """Validate a group's hyperparameters (ValueError naming the argument and value)."""
+        check_float(group["lr"], "lr", low=0.0)
+
+    # -- subclass interface -------------------------------------------------------------------------------------
+    def required_states(self) -> set[str]:
+        """Names of the state buffers the current hyperparameters need."""
+        return set(self.state_names)
+
+    def state_fill(self, name: str, group: dict[str, Any]) -> float:
+        """Initial value of state ``name`` for parameters of ``group``."""
+        return 0.0
+
+    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
+        """The kernel's per-group struct for ``group``."""
+        raise NotImplementedError
+
+    # -- state buffers ----------------------------------------------------------------------------------------
+    def _allocate_states(self) -> None:
+        for name in self.required_states():
+            if name not in self._states:
+                per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)
+                             for g in self.param_groups for p in g["params"]]
+                self._states[name] = spy.Tensor.from_numpy(dev.get_device(), self.arena.join(per_param))
+
+    def _state_buffer(self, name: str) -> spy.Buffer:
+        state = self._states.get(name)
+        return state.storage if state is not None else self._dummy
+
+    # -- the step ---------------------------------------------------------------------------------------------
+    @property
+    def uses_stats_pass(self) -> bool:
+        return self.skip_nonfinite or self.max_grad_norm is not None
+
+    def step(self, encoder: spy.CommandEncoder | None = None) -> None:
+        """One update of every parameter; gradients are zero afterwards.
+
+        With ``encoder`` the dispatches are recorded into it (the caller submits); otherwise they are
+        submitted now. The host does not wait for the GPU.
+        """
+        self._allocate_states()
+        self._attempts += 1
+        arena = self.arena
+        own = encoder is None
+        if own:
+            encoder = dev.get_device().create_command_encoder()
+        if self.uses_stats_pass:
+            n_stat_groups = min(STATS_GROUPS, -(-arena.n_vec // THREADS))
+            dev.dispatch(self._stats, n_stat_groups * THREADS, encoder, stats_grads=arena.grads.storage,
+                         stats_partials=self._partials, stats_ctl=self._ctl, stats_n_vec=arena.n_vec,
+                         stats_n_groups=n_stat_groups, stats_max_norm=float(self.max_grad_norm or 0.0))
+        ends = arena.group_end_vec + [arena.n_vec] * (MAX_GROUPS - len(arena.group_end_vec))
+        args = {"n_vec": arena.n_vec, "n_groups": len(self.param_groups), "group_end": ends,
+                "attempts": self._attempts, "use_stats": int(self.uses_stats_pass)}
+        groups = [self.group_uniforms(g) for g in self.param_groups]
+        rule = {name: self._state_buffer(name) for name in self.state_names}
+        rule["groups"] = groups + [groups[0]] * (MAX_GROUPS - len(groups))
+        dev.dispatch(self._update, arena.n_vec, encoder, values=arena.values.storage, grads=arena.grads.storage,
+                     ctl=self._ctl, args=args, rule=rule)
+        if own:
+            dev.submit(encoder)
+        if self.poll_every > 0 and self._attempts % self.poll_every == 0:
+            self.poll_skipped()
+
+    def zero_grad(self) -> None:
+        """Set every gradient to zero (``step()`` already does this as it consumes them)."""
+        self.arena.zero_grad()
+
+    # -- skipped steps -----------------------------------------------------------------------------------------
+    def _read_ctl(self) -> np.ndarray:
+        return self._ctl.to_numpy().view(np.uint32).copy()
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps skipped because of non-finite gradients (waits for the GPU)."""
+        return int(self._read_ctl()[_CTL_SKIPPED])
+
+    @property
+    def step_count(self) -> int:
+        """Steps applied so far (step() calls minus skipped steps; waits for the GPU)."""
+        return self._attempts - self.skipped_steps
+
+    def poll_skipped(self) -> int:
+        """Read the skipped-step count; warn (once per optimiser) when it has grown. Returns it."""
+        skipped = self.skipped_steps
+        if skipped > self._skipped_seen and self._skipped_seen == 0:
+            warnings.warn(f"{type(self).__name__}: {skipped} step(s) skipped so far because gradients held NaN or "
+                          "Inf; parameters and optimiser state were left unchanged on those steps "
+                          "(see optimizer.skipped_steps)", RuntimeWarning, stacklevel=2)
+        self._skipped_seen = max(self._skipped_seen, skipped)
+        return skipped
+
+    # -- state_dict -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """torch-style state: per-parameter state arrays (by index), param groups with indices, step counts."""
+        skipped = self.poll_skipped()
+        step = self._attempts - skipped
+        flats = {name: t.to_numpy().ravel() for name, t in self._states.items()}
+        per_param = {name: self.arena.split(flat) for name, flat in flats.items()}
+        state = {i: {"step": step, **{name: arrays[i] for name, arrays in per_param.items()}}
+                 for i in range(len(self.arena.params))}
+        groups, index = [], 0
+        for g in self.param_groups:
+            n = len(g["params"])
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": list(range(index, index + n))})
+            index += n
+        return {"state": state, "param_groups": groups, "step": step, "skipped_steps": skipped,
+                "max_grad_norm": self.max_grad_norm, "skip_nonfinite": self.skip_nonfinite}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore hyperparameters, state and step counts saved by :meth:`state_dict`."""
+        groups = state_dict.get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(self.param_groups):
+            raise ValueError(f"state_dict has {len(groups) if isinstance(groups, list) else groups!r} param groups, "
+                             f"this optimizer has {len(self.param_groups)}")
+        for k, (saved, mine) in enumerate(zip(groups, self.param_groups)):
+            if len(saved["params"]) != len(mine["params"]):
+                raise ValueError(f"param group {k} has {len(saved['params'])} parameters in the state_dict, "
+                                 f"{len(mine['params'])} here")
+        params = self.arena.params
+        state = {int(k): v for k, v in state_dict["state"].items()}
+        for i, p in enumerate(params):
+            for name, value in state.get(i, {}).items():
+                if name != "step" and np.shape(value) != p.shape:
+                    raise ValueError(f"state {name!r} of parameter {i} ({p.name!r}) has shape {np.shape(value)}, "
+                                     f"expected {p.shape}")
+        for saved, mine in zip(groups, self.param_groups):
+            for key, value in saved.items():
+                if key != "params":
+                    mine[key] = value
+            self.check_group(mine)
+        names = {name for s in state.values() for name in s if name != "step"}
+        for name in names:
+            arrays = [state[i][name] if name in state.get(i, {}) else np.zeros(p.shape) for i, p in enumerate(params)]
+            self._states[name] = spy.Tensor.from_numpy(dev.get_device(), self.arena.join(arrays))
+        self._allocate_states()
+        self.max_grad_norm = state_dict.get("max_grad_norm", self.max_grad_norm)
+        self.skip_nonfinite = bool(state_dict.get("skip_nonfinite", self.skip_nonfinite))
+        skipped = int(state_dict.get("skipped_steps", 0))
+        self._attempts = int(state_dict.get("step", 0)) + skipped
+        ctl = np.zeros(_CTL_WORDS, np.uint32)
+        ctl[_CTL_SKIPPED] = skipped
+        self._ctl.copy_from_numpy(ctl)
+        self._skipped_seen = skipped
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {k}: {v}" for k, v in sorted(g.items()) if k != "params"]
+        return "\n".join(lines + [")"])
+
+
+def log_beta(beta: float) -> float:
+    """log(beta) in double precision for the kernels' bias corrections (a huge negative for beta = 0)."""
+    return math.log(beta) if beta > 0.0 else -1e30
+
+
+def check_betas(betas: Iterable[float]) -> tuple[float, float]:
+    """Adam-family (beta1, beta2), each in [0, 1)."""
+    b = tuple(betas)
+    if len(b) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    return (check_float(b[0], "betas[0]", 0.0, 1.0, high_inclusive=False),
+            check_float(b[1], "betas[1]", 0.0, 1.0, high_inclusive=False))

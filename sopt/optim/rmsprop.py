@@ -1,0 +1,54 @@
+"""RMSprop (Hinton), torch.optim.RMSprop's semantics. Kernel: slang_lib/optim/rmsprop.slang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sopt.optim.optimizer import Optimizer
+from sopt.validation import check_float
+
+
+class RMSprop(Optimizer):
+    r"""RMSprop, torch.optim.RMSprop's update::
+
+        g   = -g if maximize;  g += weight_decay * p
+        s   = alpha * s + (1 - alpha) * g^2
+        avg = sqrt(s - ga^2) + eps  with ga = alpha * ga + (1 - alpha) * g   (centered)
+        avg = sqrt(s) + eps                                                  (otherwise)
+        buf = momentum * buf + g / avg;  p -= lr * buf     (momentum > 0)
+        p  -= lr * g / avg                                 (otherwise)
+
+    State per element: ``square_avg``, ``momentum_buffer`` (momentum > 0), ``grad_avg`` (centered).
+    """
+
+    kernel_module = "optim/rmsprop"
+    kernel_entry = "rmsprop_step"
+    state_names = ("square_avg", "momentum_buffer", "grad_avg")
+
+    def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, maximize: bool = False,
+                 **options: Any) -> None:
+        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                        centered=centered, maximize=maximize)
+        super().__init__(params, defaults, **options)
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        super().check_group(group)
+        check_float(group["alpha"], "alpha", low=0.0)
+        check_float(group["eps"], "eps", low=0.0)
+        check_float(group["weight_decay"], "weight_decay", low=0.0)
+        check_float(group["momentum"], "momentum", low=0.0)
+
+    def required_states(self) -> set[str]:
+        needed = {"square_avg"}
+        if any(g["momentum"] > 0 for g in self.param_groups):
+            needed.add("momentum_buffer")
+        if any(g["centered"] for g in self.param_groups):
+            needed.add("grad_avg")
+        return needed
+
+    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
+        return {"lr": float(group["lr"]), "alpha": float(group["alpha"]), "one_minus_alpha": 1.0 - group["alpha"],
+                "eps": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
+                "momentum": float(group["momentum"]), "centered": int(bool(group["centered"])),
+                "maximize": int(bool(group["maximize"]))}

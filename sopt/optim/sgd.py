@@ -1,0 +1,48 @@
+"""SGD with momentum and Nesterov momentum, torch.optim.SGD's semantics. Kernel: slang_lib/optim/sgd.slang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sopt.optim.optimizer import Optimizer
+from sopt.validation import check_float
+
+
+class SGD(Optimizer):
+    r"""Stochastic gradient descent, torch.optim.SGD's update::
+
+        g   = -g if maximize;  g += weight_decay * p
+        buf = g                                  at the first step
+        buf = momentum * buf + (1 - dampening) * g   after
+        g   = g + momentum * buf  if nesterov  else buf      (when momentum != 0)
+        p  -= lr * g
+
+    State per element: ``momentum_buffer`` (when momentum != 0).
+    """
+
+    kernel_module = "optim/sgd"
+    kernel_entry = "sgd_step"
+    state_names = ("momentum_buffer",)
+
+    def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, **options: Any) -> None:
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov, maximize=maximize)
+        super().__init__(params, defaults, **options)
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        super().check_group(group)
+        momentum = check_float(group["momentum"], "momentum", low=0.0)
+        dampening = check_float(group["dampening"], "dampening")
+        check_float(group["weight_decay"], "weight_decay", low=0.0)
+        if group["nesterov"] and (momentum <= 0.0 or dampening != 0.0):
+            raise ValueError(f"nesterov momentum requires momentum > 0 and dampening = 0, got momentum={momentum}, "
+                             f"dampening={dampening}")
+
+    def required_states(self) -> set[str]:
+        return {"momentum_buffer"} if any(g["momentum"] != 0 for g in self.param_groups) else set()
+
+    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
+        return {"lr": float(group["lr"]), "momentum": float(group["momentum"]),
+                "dampening": float(group["dampening"]), "weight_decay": float(group["weight_decay"]),
+                "nesterov": int(bool(group["nesterov"])), "maximize": int(bool(group["maximize"]))}

@@ -1,0 +1,113 @@
+"""Parameter: float32 values and their gradient on the GPU, as a SlangPy differentiable tensor."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import numpy as np
+import slangpy as spy
+
+from sopt.device import get_device
+from sopt.validation import as_float32_array
+
+_unnamed = itertools.count()
+
+
+class Parameter:
+    """A trainable float32 tensor with a gradient of the same shape.
+
+    ``param.tensor`` is a SlangPy ``Tensor`` with gradients attached: pass it for an ``IDiffTensor<float, D>``
+    argument of any Slang function and ``.bwds`` accumulates into ``param``'s gradient. Once the parameter is
+    given to an optimiser its storage moves into the optimiser's flat arena; ``tensor`` then returns a view
+    into the arena, so fetch it when calling a kernel rather than keeping an old reference.
+
+    Args:
+        array: initial values, any float-convertible array (kept as float32). Must be finite.
+        name: a label used in ``state_dict`` and error messages.
+    """
+
+    def __init__(self, array: Any, name: str | None = None) -> None:
+        values = as_float32_array(array, f"Parameter {name or ''} array".replace("  ", " "))
+        if values.ndim == 0:
+            values = values.reshape(1)
+        self.name = name if name is not None else f"param{next(_unnamed)}"
+        self._shape = tuple(int(s) for s in values.shape)
+        device = get_device()
+        self._values = spy.Tensor.from_numpy(device, values)
+        self._grads = spy.Tensor.zeros(device, self._shape, self._values.dtype)
+        self._diff: spy.Tensor | None = None
+        self.owner: object | None = None  # the arena holding this parameter, if any
+
+    # -- shape -----------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self._shape))
+
+    def __repr__(self) -> str:
+        return f"Parameter(name={self.name!r}, shape={self._shape})"
+
+    # -- device views ------------------------------------------------------------------------------------
+    @property
+    def tensor(self) -> spy.Tensor:
+        """Values with the gradient attached (``grad_in`` = ``grad_out``), for ``IDiffTensor`` arguments."""
+        if self._diff is None:
+            self._diff = self._values.with_grads(grad_in=self._grads, grad_out=self._grads, zero=False)
+        return self._diff
+
+    @property
+    def values(self) -> spy.Tensor:
+        """Values only, for ``ITensor`` / ``Tensor`` arguments."""
+        return self._values
+
+    @property
+    def grad(self) -> spy.Tensor:
+        """The gradient tensor, same shape as the values."""
+        return self._grads
+
+    def _rebind(self, values: spy.Tensor, grads: spy.Tensor) -> None:
+        """Point this parameter at new storage (used when it moves into an arena)."""
+        self._values, self._grads, self._diff = values, grads, None
+
+    # -- host access -------------------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """A host copy of the values (waits for the GPU)."""
+        return self._values.to_numpy().reshape(self._shape).copy()
+
+    def grad_numpy(self) -> np.ndarray:
+        """A host copy of the gradient (waits for the GPU)."""
+        return self._grads.to_numpy().reshape(self._shape).copy()
+
+    def load(self, array: Any) -> None:
+        """Overwrite the values with ``array`` (same shape, finite)."""
+        self._values.copy_from_numpy(as_float32_array(array, f"{self.name} values", self._shape))
+
+    def set_grad(self, array: Any) -> None:
+        """Overwrite the gradient with ``array`` (same shape; NaN/Inf allowed, the optimiser handles them)."""
+        self._grads.copy_from_numpy(as_float32_array(array, f"{self.name} grad", self._shape, allow_nonfinite=True))
+
+    def zero_grad(self) -> None:
+        """Set the gradient to zero."""
+        self._grads.clear()
+
+
+def parameters_of(obj: Any) -> list[Parameter]:
+    """Parameters from a Parameter, a sequence of them, a name->Parameter mapping, or an object with ``parameters()``."""
+    if isinstance(obj, Parameter):
+        return [obj]
+    if hasattr(obj, "parameters") and callable(obj.parameters):
+        return list(obj.parameters())
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, Sequence) or hasattr(obj, "__iter__"):
+        items = list(obj)
+        for i, item in enumerate(items):
+            if not isinstance(item, Parameter):
+                raise ValueError(f"params[{i}] must be a sopt.Parameter, got {type(item).__name__}")
+        return items
+    raise ValueError(f"expected Parameters, got {type(obj).__name__}")
