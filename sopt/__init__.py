@@ -1,9 +1,10 @@
 """sopt: gradient-based optimisation on the GPU with Slang kernels through SlangPy."""
 
 from sopt import init, optim
+from sopt.checkpoint import load, save
 from sopt.device import device_kind, get_device, synchronize
 from sopt.parameter import Parameter
 
 __version__ = "0.1.0"
 
-__all__ = ["Parameter", "device_kind", "get_device", "init", "optim", "synchronize"]
+__all__ = ["Parameter", "device_kind", "get_device", "init", "load", "optim", "save", "synchronize"]

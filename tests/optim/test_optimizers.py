@@ -1,0 +1,170 @@
+"""Every optimiser and option against float64 numpy implementations of torch's equations (and torch.optim
+itself where torch is importable), over 100 steps of random gradients and several parameter shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sopt
+from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from tests.optim.reference import ReferenceOptimizer
+
+SHAPES = [(7,), (3, 5), (2, 3, 4), (1,), (33,)]
+STEPS = 100
+RTOL = 1e-5
+
+CONFIGS = [
+    ("sgd", SGD, dict(lr=0.05)),
+    ("sgd", SGD, dict(lr=0.02, momentum=0.9)),
+    ("sgd", SGD, dict(lr=0.02, momentum=0.8, dampening=0.3, weight_decay=0.01)),
+    ("sgd", SGD, dict(lr=0.02, momentum=0.9, nesterov=True, maximize=True)),
+    ("adam", Adam, dict(lr=0.01)),
+    ("adam", Adam, dict(lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    ("adam", Adam, dict(lr=0.01, amsgrad=True)),
+    ("adam", Adam, dict(lr=0.01, maximize=True, betas=(0.0, 0.9))),
+    ("adamw", AdamW, dict(lr=0.01)),
+    ("adamw", AdamW, dict(lr=0.01, weight_decay=0.1, amsgrad=True)),
+    ("rmsprop", RMSprop, dict(lr=0.005)),
+    ("rmsprop", RMSprop, dict(lr=0.005, centered=True, weight_decay=0.05)),
+    ("rmsprop", RMSprop, dict(lr=0.002, momentum=0.9, alpha=0.9)),
+    ("rmsprop", RMSprop, dict(lr=0.002, momentum=0.5, centered=True, maximize=True)),
+    ("adagrad", Adagrad, dict(lr=0.05)),
+    ("adagrad", Adagrad, dict(lr=0.05, lr_decay=0.01, initial_accumulator_value=0.1, weight_decay=0.02)),
+]
+
+
+def _ids(config):
+    kind, _, kw = config
+    return kind + "-" + "-".join(f"{k}={v}" for k, v in kw.items())
+
+
+def _random_run(seed: int):
+    rng = np.random.default_rng(seed)
+    init = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    grads = [[(rng.standard_normal(s) * rng.uniform(0.1, 3.0)).astype(np.float32) for s in SHAPES]
+             for _ in range(STEPS)]
+    return init, grads
+
+
+def _run_sopt(cls, kwargs, init, grads, **options):
+    params = [sopt.Parameter(a, name=f"p{i}") for i, a in enumerate(init)]
+    opt = cls(params, **kwargs, **options)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads):
+            p.set_grad(g)
+        opt.step()
+    return params, opt
+
+
+def assert_close(actual, expected, rtol=RTOL, what="", scale=None):
+    """|actual - expected| <= rtol * (|expected| + s), s the rms of the values the parameter took (its start
+    ``scale`` and ``expected``): float32 rounding near the start stays behind when an element passes zero."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    floor = rtol * max(np.sqrt(np.mean(expected**2)), 0.0 if scale is None else np.sqrt(np.mean(np.square(scale))))
+    err = np.abs(actual - expected)
+    bad = err > rtol * np.abs(expected) + floor
+    assert not bad.any(), f"{what}: {bad.sum()} elements differ; worst {err.max():.3e} (rtol {rtol})"
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[_ids(c) for c in CONFIGS])
+def test_matches_float64_reference(config):
+    kind, cls, kwargs = config
+    init, grads = _random_run(seed=len(_ids(config)))
+    params, opt = _run_sopt(cls, kwargs, init, grads)
+    ref = ReferenceOptimizer(kind, init, **kwargs)
+    for g in grads:
+        ref.step(g)
+    for p, expected in zip(params, ref.params):
+        assert_close(p.numpy(), expected, what=f"{_ids(config)} {p.name}", scale=init[int(p.name[1:])])
+        assert not np.array_equal(p.numpy(), init[int(p.name[1:])])
+    assert opt.step_count == STEPS
+
+
+@pytest.mark.parametrize("config", [CONFIGS[2], CONFIGS[6], CONFIGS[11], CONFIGS[15], CONFIGS[9]],
+                         ids=[_ids(c) for c in [CONFIGS[2], CONFIGS[6], CONFIGS[11], CONFIGS[15], CONFIGS[9]]])
+def test_matches_torch_optim(config):
+    torch = pytest.importorskip("torch", reason="torch is not installed: comparison with torch.optim skipped")
+    kind, cls, kwargs = config
+    init, grads = _random_run(seed=7)
+    params, _ = _run_sopt(cls, kwargs, init, grads)
+    torch_cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
+                 "rmsprop": torch.optim.RMSprop, "adagrad": torch.optim.Adagrad}[kind]
+    tparams = [torch.tensor(a, requires_grad=True) for a in init]
+    topt = torch_cls(tparams, foreach=False, **kwargs)
+    for step_grads in grads:
+        for tp, g in zip(tparams, step_grads):
+            tp.grad = torch.tensor(g)
+        topt.step()
+    for p, tp in zip(params, tparams):
+        assert_close(p.numpy(), tp.detach().numpy(), what=f"torch {_ids(config)} {p.name}",
+                     scale=init[int(p.name[1:])])
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])
+def test_clipping_matches_clip_grad_norm(max_norm):
+    init, grads = _random_run(seed=3)
+    params, _ = _run_sopt(Adam, dict(lr=0.01), init, grads, max_grad_norm=max_norm)
+    ref = ReferenceOptimizer("adam", init, max_grad_norm=max_norm, lr=0.01)
+    for g in grads:
+        ref.step(g)
+    for p, a, expected in zip(params, init, ref.params):
+        assert_close(p.numpy(), expected, what=f"clip {max_norm}", scale=a)
+    # the clipped run differs from the unclipped one when the norm exceeds max_norm
+    unclipped = ReferenceOptimizer("adam", init, lr=0.01)
+    for g in grads:
+        unclipped.step(g)
+    differs = any(not np.allclose(a, b, rtol=1e-4) for a, b in zip(ref.params, unclipped.params))
+    assert differs == (max_norm < 1.0)
+
+
+def test_clipping_against_torch():
+    torch = pytest.importorskip("torch", reason="torch is not installed: comparison with torch clip_grad_norm_ skipped")
+    init, grads = _random_run(seed=5)
+    params, _ = _run_sopt(SGD, dict(lr=0.1, momentum=0.9), init, grads, max_grad_norm=1.0)
+    tparams = [torch.tensor(a, requires_grad=True) for a in init]
+    topt = torch.optim.SGD(tparams, lr=0.1, momentum=0.9, foreach=False)
+    for step_grads in grads:
+        for tp, g in zip(tparams, step_grads):
+            tp.grad = torch.tensor(g)
+        torch.nn.utils.clip_grad_norm_(tparams, 1.0, foreach=False)
+        topt.step()
+    for p, a, tp in zip(params, init, tparams):
+        assert_close(p.numpy(), tp.detach().numpy(), what="torch clip", scale=a)
+
+
+def test_param_groups_have_their_own_hyperparameters():
+    init, grads = _random_run(seed=11)
+    params = [sopt.Parameter(a, name=f"p{i}") for i, a in enumerate(init)]
+    opt = Adam([{"params": params[:2], "lr": 0.05, "betas": (0.5, 0.9)},
+                {"params": params[2:], "weight_decay": 0.1}], lr=0.01)
+    for step_grads in grads[:30]:
+        for p, g in zip(params, step_grads):
+            p.set_grad(g)
+        opt.step()
+    ref_a = ReferenceOptimizer("adam", init[:2], lr=0.05, betas=(0.5, 0.9))
+    ref_b = ReferenceOptimizer("adam", init[2:], lr=0.01, weight_decay=0.1)
+    for g in grads[:30]:
+        ref_a.step(g[:2])
+        ref_b.step(g[2:])
+    for p, a, expected in zip(params, init, ref_a.params + ref_b.params):
+        assert_close(p.numpy(), expected, what=f"group {p.name}", scale=a)
+
+
+def test_lr_change_every_step_without_recompiling():
+    init, grads = _random_run(seed=13)
+    params = [sopt.Parameter(a) for a in init]
+    opt = SGD(params, lr=0.1)
+    kernel = opt._update
+    ref = ReferenceOptimizer("sgd", init, lr=0.1)
+    for k, step_grads in enumerate(grads[:20]):
+        lr = 0.1 / (1 + k)
+        opt.param_groups[0]["lr"] = lr
+        ref.h["lr"] = lr
+        for p, g in zip(params, step_grads):
+            p.set_grad(g)
+        opt.step()
+        ref.step(step_grads)
+    assert opt._update is kernel and sopt.device.load_kernel("optim/sgd", "sgd_step") is kernel
+    for p, a, expected in zip(params, init, ref.params):
+        assert_close(p.numpy(), expected, what="lr schedule", scale=a)
