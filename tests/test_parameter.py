@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+import slangpy as spy
+
+import sopt
+
+
+def test_parameter_round_trips_values_and_gradients():
+    a = np.arange(6, dtype=np.float64).reshape(2, 3) / 7
+    p = sopt.Parameter(a, name="w")
+    assert p.shape == (2, 3) and p.size == 6 and p.name == "w"
+    np.testing.assert_array_equal(p.numpy(), a.astype(np.float32))
+    assert p.numpy().dtype == np.float32
+    np.testing.assert_array_equal(p.grad_numpy(), np.zeros((2, 3)))
+    p.set_grad(-a)
+    np.testing.assert_array_equal(p.grad_numpy(), (-a).astype(np.float32))
+    p.load(np.ones((2, 3)))
+    np.testing.assert_array_equal(p.numpy(), np.ones((2, 3)))
+    p.zero_grad()
+    assert not p.grad_numpy().any()
+
+
+def test_parameter_tensor_is_a_differentiable_argument():
+    # d/dx sum(a x^2 + b x + c) = 2 a x + b accumulates into the Parameter's gradient, twice -> doubled
+    device = sopt.get_device()
+    module = spy.Module.load_from_source(device, "poly_param", """
+        import "slangpy";
+        [Differentiable]
+        void f(int i, IDiffTensor<float, 1> x, IWDiffTensor<float, 1> y) { float v = x[i]; y[i] = 3 * v * v + 2 * v + 1; }
+    """)
+    p = sopt.Parameter([1.0, -2.0, 0.5])
+    y = spy.Tensor.empty(device, (3,), "float").with_grads()
+    y.grad.copy_from_numpy(np.ones(3, np.float32))
+    for _ in range(2):
+        module.f(i=spy.grid((3,)), x=p.tensor, y=y)
+        module.f.bwds(i=spy.grid((3,)), x=p.tensor, y=y)
+    np.testing.assert_allclose(p.grad_numpy(), 2 * (6 * np.array([1.0, -2.0, 0.5]) + 2))
+
+
+def test_parameter_views_follow_the_arena():
+    p, q = sopt.Parameter(np.ones(3)), sopt.Parameter(np.full((2, 2), 2.0))
+    opt = sopt.optim.SGD([p, q], lr=1.0, skip_nonfinite=False)
+    assert p.tensor.storage is opt.arena.values.storage or p.values.storage == opt.arena.values.storage
+    q.set_grad(np.full((2, 2), 0.5))
+    opt.step()
+    np.testing.assert_array_equal(q.numpy(), np.full((2, 2), 1.5))
+    np.testing.assert_array_equal(p.numpy(), np.ones(3))
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([1.0, float("nan")], "non-finite"),
+    ([1.0, float("inf")], "non-finite"),
+    ("abc", "convertible to a float array"),
+    ([[1.0, 2.0], [3.0]], "convertible to a float array"),
+])
+def test_bad_arrays_raise_value_error(bad, match):
+    with pytest.raises(ValueError, match=match):
+        sopt.Parameter(bad, name="x")
+
+
+def test_load_with_wrong_shape_raises():
+    p = sopt.Parameter(np.zeros((2, 3)), name="w")
+    with pytest.raises(ValueError, match=r"w values has shape \(3, 2\), expected \(2, 3\)"):
+        p.load(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"w grad has shape \(6,\), expected \(2, 3\)"):
+        p.set_grad(np.zeros(6))
