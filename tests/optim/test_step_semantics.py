@@ -1,0 +1,171 @@
+"""Zero-on-step, dispatch counts, non-finite skipping, state_dict and argument validation."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import sopt
+from sopt.device import dispatch_count
+from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from tests.optim.reference import ReferenceOptimizer
+
+ALL = [SGD, Adam, AdamW, RMSprop, Adagrad]
+
+
+def _params(n, seed=0, size=5):
+    rng = np.random.default_rng(seed)
+    return [sopt.Parameter(rng.standard_normal(size + i % 3), name=f"w{i}") for i in range(n)]
+
+
+def _set_random_grads(params, seed):
+    rng = np.random.default_rng(seed)
+    for p in params:
+        p.set_grad(rng.standard_normal(p.shape))
+
+
+@pytest.mark.parametrize("cls", ALL)
+def test_gradients_are_zero_after_step(cls):
+    params = _params(4)
+    opt = cls(params, lr=0.01)
+    _set_random_grads(params, 1)
+    assert all(np.abs(p.grad_numpy()).sum() > 0 for p in params)
+    opt.step()
+    for p in params:
+        assert np.array_equal(p.grad_numpy(), np.zeros(p.shape))
+
+
+@pytest.mark.parametrize("skip_nonfinite,max_grad_norm,expected", [(True, None, 2), (False, None, 1), (False, 1.0, 2)])
+def test_dispatches_per_step_do_not_depend_on_parameter_count(skip_nonfinite, max_grad_norm, expected):
+    counts = []
+    for n in (1, 100):
+        params = _params(n)
+        opt = Adam(params, lr=0.01, skip_nonfinite=skip_nonfinite, max_grad_norm=max_grad_norm)
+        _set_random_grads(params, 2)
+        before = dispatch_count()
+        opt.step()
+        counts.append(dispatch_count() - before)
+    assert counts == [expected, expected]
+
+
+def test_hundred_parameters_all_updated_in_one_step():
+    params = _params(100, seed=4)
+    init = [p.numpy() for p in params]
+    opt = SGD(params, lr=0.5, skip_nonfinite=False)
+    _set_random_grads(params, 5)
+    grads = [p.grad_numpy() for p in params]
+    opt.step()
+    for p, x, g in zip(params, init, grads):
+        np.testing.assert_allclose(p.numpy(), x - 0.5 * g, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [Adam, RMSprop, SGD])
+def test_nonfinite_step_changes_nothing(cls):
+    kwargs = {"lr": 0.01, "momentum": 0.9} if cls in (SGD, RMSprop) else {"lr": 0.01}
+    params = _params(3, seed=6)
+    opt = cls(params, **kwargs, poll_every=0)
+    _set_random_grads(params, 7)
+    opt.step()
+    values = [p.numpy() for p in params]
+    state = opt.state_dict()["state"]
+    for bad in (np.nan, np.inf, -np.inf):
+        _set_random_grads(params, 8)
+        g = params[1].grad_numpy()
+        g.flat[2] = bad
+        params[1].set_grad(g)
+        opt.step()
+        for p, v in zip(params, values):
+            assert np.array_equal(p.numpy(), v), "a skipped step changed a parameter"
+            assert np.array_equal(p.grad_numpy(), np.zeros(p.shape)), "a skipped step must still zero gradients"
+    with pytest.warns(RuntimeWarning, match="3 step\\(s\\) skipped"):
+        assert opt.poll_skipped() == 3
+    after = opt.state_dict()
+    assert after["skipped_steps"] == 3 and after["step"] == 1
+    for i, s in state.items():
+        for name, value in s.items():
+            if name != "step":
+                assert np.array_equal(after["state"][i][name], value), f"state {name} changed on a skipped step"
+    # the next finite step continues as if the skipped ones never happened (t = 2 for the bias correction)
+    _set_random_grads(params, 9)
+    grads = [p.grad_numpy() for p in params]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # reported once: no second warning
+        opt.step()
+        opt.poll_skipped()
+    kind = cls.__name__.lower()
+    ref = ReferenceOptimizer(kind, [v for v in values], **kwargs)
+    ref.t = 1
+    for s, p in zip(ref.state, params):
+        st = state[params.index(p)]
+        s.update({"m": st.get("exp_avg"), "v": st.get("exp_avg_sq"), "buf": st.get("momentum_buffer"),
+                  "sq": st.get("square_avg")})
+        for k in [k for k, v in s.items() if v is None]:
+            del s[k]
+        for k in s:
+            s[k] = np.array(s[k], np.float64)
+    ref.step(grads)
+    for p, expected in zip(params, ref.params):
+        np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_round_trip_continues_identically():
+    params_a = _params(3, seed=10)
+    params_b = _params(3, seed=10)
+    opt_a = AdamW(params_a, lr=0.02, amsgrad=True)
+    opt_b = AdamW(params_b, lr=0.02, amsgrad=True)
+    for k in range(5):
+        _set_random_grads(params_a, 20 + k)
+        opt_a.step()
+    state = opt_a.state_dict()
+    assert state["step"] == 5 and set(state["state"][0]) == {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
+    for pa, pb in zip(params_a, params_b):
+        pb.load(pa.numpy())
+    opt_b.load_state_dict(state)
+    for k in range(5):
+        _set_random_grads(params_a, 40 + k)
+        _set_random_grads(params_b, 40 + k)
+        opt_a.step()
+        opt_b.step()
+    for pa, pb in zip(params_a, params_b):
+        assert np.array_equal(pa.numpy(), pb.numpy())
+
+
+def test_load_state_dict_rejects_wrong_shapes():
+    opt = Adam(_params(2, seed=1), lr=0.01)
+    state = opt.state_dict()
+    state["state"][1]["exp_avg"] = np.zeros((99,))
+    other = Adam(_params(2, seed=1), lr=0.01)
+    with pytest.raises(ValueError, match=r"exp_avg.*shape \(99,\)"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="param groups"):
+        other.load_state_dict({**state, "param_groups": []})
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda p: SGD(p, lr=-0.1), r"lr must be in \[0\.0, inf\), got -0\.1"),
+    (lambda p: Adam(p, betas=(1.0, 0.999)), r"betas\[0\] must be in \[0\.0, 1\.0\), got 1\.0"),
+    (lambda p: Adam(p, betas=(0.9, -0.1)), r"betas\[1\].*got -0\.1"),
+    (lambda p: AdamW(p, eps=-1.0), r"eps.*got -1\.0"),
+    (lambda p: SGD(p, lr=0.1, nesterov=True), r"nesterov.*momentum=0\.0"),
+    (lambda p: SGD(p, lr=0.1, momentum=0.9, dampening=0.1, nesterov=True), r"nesterov.*dampening=0\.1"),
+    (lambda p: RMSprop(p, alpha=-1), r"alpha.*got -1"),
+    (lambda p: Adagrad(p, lr_decay=-1e-3), r"lr_decay.*got -0\.001"),
+    (lambda p: Adam(p, lr="fast"), r"lr must be a number, got 'fast'"),
+    (lambda p: Adam(p, lr=float("nan")), r"lr must be finite"),
+    (lambda p: Adam(p, max_grad_norm=0.0), r"max_grad_norm must be in \(0\.0, inf\), got 0\.0"),
+    (lambda p: Adam([{"params": p, "momentum": 0.9}]), r"unknown option\(s\) \['momentum'\]"),
+    (lambda p: Adam([]), r"empty parameter list"),
+    (lambda p: Adam([1.0, 2.0]), r"params\[0\] must be a sopt.Parameter, got float"),
+])
+def test_bad_hyperparameters_raise_value_error(make, match):
+    with pytest.raises(ValueError, match=match):
+        make(_params(1))
+
+
+def test_parameter_in_two_optimisers_is_rejected():
+    params = _params(1)
+    SGD(params, lr=0.1)
+    with pytest.raises(ValueError, match="already belongs to another optimiser"):
+        Adam(params)
