@@ -1,0 +1,253 @@
+"""Trainer: the training loop, one command buffer per step, the host waiting for the GPU only to read metrics.
+
+A step records into one command encoder, then submits it without waiting::
+
+    batch = sampler.sample(step, encoder)            # draw (inputs, targets) on the GPU
+    y     = model.forward(batch.inputs, encoder)     # y.grad is y's gradient buffer
+    loss  = loss_fn(y, batch.targets, encoder)       # reduces the loss and writes dLoss/dy into y.grad
+    model.backward(batch.inputs, y, encoder)         # accumulates dLoss/dparam (layers in reverse order)
+    optimizer.step(encoder)                          # updates, and zeroes every gradient (zero-on-step)
+    sopt.device.submit(encoder)
+    scheduler.step()                                 # host-side learning-rate change for the next step
+
+The model is anything following the Module contract (``forward``, ``backward``, ``parameters``), the
+sampler anything with ``sample(step, encoder) -> (inputs, targets)`` (:class:`~sopt.train.BatchSampler`
+draws random rows of a dataset), the loss anything with ``loss_fn(pred, target, encoder) -> value`` whose
+``value.item()`` reads the scalar. Only on metrics steps (see :mod:`sopt.train.callback`) does the host wait
+for the GPU: it reads the loss, stops on a non-finite one, and runs the callbacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Iterable
+
+import slangpy as spy
+from tqdm.auto import tqdm
+
+from sopt import device as dev
+from sopt.train.callback import Callback
+from sopt.validation import check_int
+
+
+class NonFiniteError(FloatingPointError):
+    """Training stopped because the loss (or a parameter) became NaN or Inf.
+
+    Attributes: ``step`` (steps completed when it was seen), ``last_checkpoint`` ((path, step) of the last
+    checkpoint written from finite parameters, or None).
+    """
+
+    def __init__(self, message: str, step: int, last_checkpoint: tuple[str, int] | None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.last_checkpoint = last_checkpoint
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What ``fit`` did: ``steps`` completed in total, why it ended, the metrics of every metrics step."""
+
+    steps: int
+    stop_reason: str
+    history: list[dict[str, Any]]
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The metrics of the last metrics step ({} when none was read)."""
+        return self.history[-1] if self.history else {}
+
+
+def _require(obj: Any, name: str, methods: Iterable[str], what: str) -> None:
+    missing = [m for m in methods if not callable(getattr(obj, m, None))]
+    if missing:
+        raise ValueError(f"{name} must be {what}; {type(obj).__name__} has no callable {', '.join(missing)}")
+
+
+def _check_batch_tensor(value: Any, name: str) -> spy.Tensor:
+    if not isinstance(value, spy.Tensor):
+        raise ValueError(f"the sampler's batch {name} must be a slangpy.Tensor of float32, got {type(value).__name__}")
+    if value.dtype.name != "float":
+        raise ValueError(f"the sampler's batch {name} must be a float32 tensor, got a tensor of {value.dtype.name}")
+    return value
+
+
+class Trainer:
+    """Drives ``model`` to minimise ``loss_fn`` on batches from ``sampler`` with ``optimizer``.
+
+    Args:
+        model: ``forward(x, encoder) -> y`` (y with ``y.grad``), ``backward(x, y, encoder)``, ``parameters()``.
+        loss_fn: ``loss_fn(y, target, encoder) -> value``; writes dLoss/dy into ``y.grad``; ``value.item()``.
+        optimizer: a :class:`sopt.optim.Optimizer` (``step(encoder)``, zeroing gradients as it steps).
+        sampler: ``sample(step, encoder) -> (inputs, targets)``, float32 tensors; e.g. a BatchSampler.
+        scheduler: optional learning-rate scheduler, ``step()`` called after every optimiser step.
+        callbacks: :class:`~sopt.train.Callback` instances (Evaluate, JSONLLogger, EarlyStopping, Checkpoint).
+        log_every: steps between loss reads (each read waits for the GPU); also the progress-bar update rate.
+        progress: show a tqdm bar with the loss, the evaluation metrics and steps/s.
+
+    ``step`` counts completed steps; the batch of step ``s`` (0-based) is ``sampler.sample(s)``, so a run
+    resumed from a checkpoint (:meth:`restore`) draws the same batches as one that never stopped.
+    """
+
+    def __init__(self, model: Any, loss_fn: Any, optimizer: Any, sampler: Any, *, scheduler: Any = None,
+                 callbacks: Iterable[Callback] = (), log_every: int = 100, progress: bool = True) -> None:
+        _require(model, "model", ("forward", "backward", "parameters"),
+                 "a Module: forward(x, encoder) -> y, backward(x, y, encoder), parameters()")
+        if not callable(loss_fn):
+            raise ValueError(f"loss_fn must be callable as loss_fn(pred, target, encoder), got {type(loss_fn).__name__}")
+        _require(optimizer, "optimizer", ("step",), "an optimiser with step(encoder)")
+        _require(sampler, "sampler", ("sample",), "a sampler with sample(step, encoder) -> (inputs, targets)")
+        if scheduler is not None:
+            _require(scheduler, "scheduler", ("step",), "a learning-rate scheduler with step()")
+        callbacks = list(callbacks)
+        for i, cb in enumerate(callbacks):
+            if not isinstance(cb, Callback):
+                raise ValueError(f"callbacks[{i}] must be a sopt.train.Callback, got {type(cb).__name__}")
+        self.model, self.loss_fn, self.optimizer, self.sampler = model, loss_fn, optimizer, sampler
+        self.scheduler = scheduler
+        self.callbacks = sorted(callbacks, key=lambda cb: cb.order)  # stable: ties keep the given order
+        self.log_every = check_int(log_every, "log_every", low=1)
+        self.progress = bool(progress)
+        self.step = 0
+        self.last_checkpoint: tuple[str, int] | None = None  # set by the Checkpoint callback
+        self._stop_reason: str | None = None
+        self._batch_checked = False
+        self._last_finite: tuple[int, float] | None = None
+
+    # -- one step ---------------------------------------------------------------------------------------------
+    def train_step(self) -> Any:
+        """Record one step into one command buffer and submit it; returns the loss value (not read).
+
+        Nothing is submitted before the whole step is recorded, so a sampler returning the wrong kind of
+        batch is reported (ValueError) before the GPU runs anything of this step.
+        """
+        encoder = dev.get_device().create_command_encoder()
+        batch = self.sampler.sample(self.step, encoder)
+        try:
+            inputs, targets = batch
+        except (TypeError, ValueError):
+            raise ValueError(f"sampler.sample must return a pair (inputs, targets), got {type(batch).__name__}") from None
+        if not self._batch_checked:
+            _check_batch_tensor(inputs, "inputs")
+            _check_batch_tensor(targets, "targets")
+            self._batch_checked = True
+        pred = self.model.forward(inputs, encoder)
+        loss = self.loss_fn(pred, targets, encoder)
+        self.model.backward(inputs, pred, encoder)
+        self.optimizer.step(encoder)
+        dev.submit(encoder)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.step += 1
+        return loss
+
+    def stop(self, reason: str) -> None:
+        """Ask ``fit`` to end after the current metrics step (used by EarlyStopping)."""
+        self._stop_reason = str(reason)
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def _is_metrics_step(self, final: bool) -> bool:
+        s = self.step
+        return final or s % self.log_every == 0 or any(cb.every is not None and s % cb.every == 0
+                                                        for cb in self.callbacks)
+
+    def _nonfinite(self, what: str) -> NonFiniteError:
+        if self._last_finite is not None:
+            k, value = self._last_finite
+            history = f"; the loss was last read finite ({value:.6g}) at step {k}, so it diverged in steps {k + 1}..{self.step}"
+        else:
+            history = ""
+        if self.last_checkpoint is not None:
+            keep = f"The last good checkpoint, {self.last_checkpoint[0]!r} from step {self.last_checkpoint[1]}, is kept."
+        else:
+            keep = "No checkpoint had been written (add a sopt.train.Checkpoint callback to keep one)."
+        return NonFiniteError(f"training stopped at step {self.step}: {what}{history}. {keep} Lower the learning "
+                              "rate, clip gradients (max_grad_norm) or check the data and the model.",
+                              self.step, self.last_checkpoint)
+
+    def _read_metrics(self, loss_value: Any, since: tuple[int, float], start: float) -> dict[str, Any]:
+        loss = float(loss_value.item())  # waits for the GPU
+        now = time.perf_counter()
+        if not math.isfinite(loss):
+            raise self._nonfinite(f"the loss is {loss}")
+        self._last_finite = (self.step, loss)
+        metrics: dict[str, Any] = {"step": self.step, "loss": loss}
+        groups = getattr(self.optimizer, "param_groups", None)
+        if groups:
+            metrics["lr"] = float(groups[0]["lr"])
+        if callable(getattr(self.optimizer, "poll_skipped", None)):
+            metrics["skipped_steps"] = int(self.optimizer.poll_skipped())
+        steps, t0 = since
+        metrics["steps_per_s"] = (self.step - steps) / max(now - t0, 1e-9)
+        metrics["time_s"] = now - start
+        return metrics
+
+    def fit(self, steps: int) -> TrainResult:
+        """Train until ``step == steps`` (a total, so a restored run continues to the same end).
+
+        Returns a TrainResult; raises NonFiniteError (after the callbacks' ``on_train_end``) when the loss or a
+        checkpointed parameter became non-finite, leaving the last good checkpoint in place.
+        """
+        steps = check_int(steps, "steps", low=0)
+        self._stop_reason = None
+        history: list[dict[str, Any]] = []
+        # The optimiser would otherwise wait for the GPU every poll_every steps to count skipped steps; the
+        # Trainer reads that count on its own metrics steps instead.
+        saved_poll = getattr(self.optimizer, "poll_every", None)
+        if saved_poll is not None:
+            self.optimizer.poll_every = 0
+        bar = tqdm(total=steps, initial=min(self.step, steps), unit="step", disable=not self.progress,
+                   dynamic_ncols=True)
+        start = time.perf_counter()
+        since = (self.step, start)
+        error: NonFiniteError | None = None
+        for cb in self.callbacks:
+            cb.on_train_start(self)
+        try:
+            while self.step < steps:
+                loss_value = self.train_step()
+                bar.update(1)
+                final = self.step == steps
+                if not self._is_metrics_step(final):
+                    continue
+                metrics = self._read_metrics(loss_value, since, start)
+                since = (self.step, time.perf_counter())
+                for cb in self.callbacks:
+                    if final or self._stop_reason is not None or cb.due(self.step):
+                        cb.on_metrics(self, metrics)
+                history.append(metrics)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()
+                                 if k not in ("step", "lr", "steps_per_s", "time_s", "skipped_steps")
+                                 and isinstance(v, float)}, refresh=False)
+                if self._stop_reason is not None:
+                    break
+        except NonFiniteError as exc:
+            error = exc
+        finally:
+            bar.close()
+            if saved_poll is not None:
+                self.optimizer.poll_every = saved_poll
+        if error is not None:
+            reason = f"non-finite: {error}"
+        else:
+            reason = self._stop_reason or "completed"
+        result = TrainResult(steps=self.step, stop_reason=reason, history=history)
+        for cb in self.callbacks:
+            cb.on_train_end(self, result)
+        if error is not None:
+            raise error
+        return result
+
+    # -- resuming ---------------------------------------------------------------------------------------------
+    def restore(self, path: str) -> dict[str, Any]:
+        """Load a checkpoint written by :class:`~sopt.train.Checkpoint` into the model, optimiser and scheduler
+        and continue from its step; returns the checkpoint's ``extra`` (``step``, ``metrics``)."""
+        from sopt import checkpoint
+
+        extra = checkpoint.load(path, parameters=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        if not isinstance(extra, dict) or "step" not in extra:
+            raise ValueError(f"checkpoint {str(path)!r} was not written by sopt.train.Checkpoint (no 'step' in extra)")
+        self.step = int(extra["step"])
+        self.last_checkpoint = (str(path), self.step)
+        return extra
