@@ -17,7 +17,7 @@ def test_device_is_cuda_or_vulkan_and_honours_sopt_device():
 
 
 def test_unknown_backend_and_missing_driver_give_one_clear_error(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SOPT_DEVICE": "metal"}
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), "SOPT_DEVICE": "metal"}
     r = subprocess.run([sys.executable, "-c", "import sopt; sopt.get_device()"], env=env, capture_output=True,
                        text=True)
     assert r.returncode != 0 and "SOPT_DEVICE='metal' is not a backend sopt supports" in r.stderr
