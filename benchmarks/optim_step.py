@@ -1,0 +1,765 @@
+"""Optimiser step benchmark: sopt's Slang kernels against torch.optim's ``fused=True`` kernels.
+
+What is measured
+----------------
+For each optimiser (SGD with momentum 0.9, Adam, AdamW; lr 1e-3, torch's defaults otherwise) and each problem
+size (one tensor of 1M / 16M / 64M float32 parameters, 1M = 2**20, and a "mixed" model of 100 tensors whose
+sizes are log-uniform in [1K, 1M], fixed seed), three variants are timed in the same process:
+
+* ``sopt``       -- ``sopt.optim.<Opt>(params, ...)`` with its defaults: ``skip_nonfinite=True`` adds a
+  gradient-statistics pass (non-finite detection) before the update kernel;
+* ``sopt nochk`` -- the same with ``skip_nonfinite=False``: one update dispatch per step, the semantics of
+  torch's fused kernels (which check nothing);
+* ``torch``      -- ``torch.optim.<Opt>(params, ..., fused=True)``, params and grads float32 on CUDA.
+
+sopt gets one optimiser over all the model's Parameters (one flat arena); torch gets the same number of
+tensors (1 or 100) with the same sizes. All variants take the same number of steps.
+
+Timing. Every variant first takes ``--warmup`` steps (shader compilation, lazy state allocation), then
+``--rounds`` rounds of N back-to-back ``step()`` calls followed by one device synchronisation, timed with
+``time.perf_counter`` on the host; a round's time / N is one sample and the table shows the median over
+rounds. N is the same for every variant of a row: at least ``--steps`` and enough for the fastest variant's
+round to last ``--min-time`` seconds. Rounds of the variants are interleaved (sopt, sopt nochk, torch, sopt,
+...) so that clock or thermal drift affects them alike. Separately, ``--gpu-steps`` steps are timed on the GPU
+alone, one sample per step: SlangPy timestamp queries written before and after each ``opt.step(encoder)``
+(slang-rhi's CUDA backend reports them in whole microseconds), CUDA events around each torch ``step()``;
+the table shows the median per step.
+
+Bytes counted per parameter element per step (float32, 4 bytes each; s = state tensors per parameter,
+1 for SGD with momentum, 2 for Adam/AdamW):
+
+* torch fused:  reads p, g and the states, writes p and the states       = 4 * (2 + s) + 4 * (1 + s)
+  (gradients are left in place; a ``zero_grad`` after the step is not part of the step and not counted);
+* sopt nochk:   the same, plus writing zero into each gradient (sopt's step consumes its gradients)
+                                                                          = 4 * (2 + s) + 4 * (2 + s)
+* sopt default: sopt nochk plus the statistics pass reading every gradient once more  = sopt nochk + 4.
+
+So SGD(momentum): torch 20, sopt nochk 24, sopt 28 B/element; Adam/AdamW: torch 28, sopt nochk 32, sopt 36.
+Each framework's effective bandwidth is its own byte count / its step time (host-clock median), so it
+credits sopt for the extra gradient traffic it does; the speed-up column compares times only. The bytes
+use the model's real parameter count (sopt's arena pads each tensor to a multiple of 4 elements; that padding,
+at most 3 elements per tensor, is not counted).
+
+The limit is the device-to-device copy bandwidth measured in the same run: ``dst.copy_(src)`` of a
+``--copy-mib`` (1 GiB) torch tensor on CUDA, bytes read + written (2 x size) / time. SlangPy's own
+``copy_buffer`` on sopt's device is measured too and serves as the limit when torch cannot run on CUDA.
+
+Gradients are filled with random finite non-zero values before timing, and re-filled (a device-side copy,
+not timed) before each round. sopt's step zeroes every gradient it consumes, so within a round the later sopt
+steps see zero gradients: that does not change the work -- the kernels read and write every byte whatever the
+values, and zero gradients are finite, so no step is skipped (checked: ``skipped_steps`` must stay 0).
+torch's fused step leaves its gradients untouched, so it sees the same random gradients on every step.
+
+GPU memory: all three variants of a row are alive together (their rounds interleave); at 64M Adam that is
+2 x 1.25 GiB for sopt (p, g, m, v and a device copy of the random gradients) + 1 GiB for torch (p, g, m, v),
+everything freed before the next row; the copy measurement (2 x 1 GiB per framework) runs and frees first.
+
+Runs without torch (torch columns "n/a") and on any SlangPy device sopt supports (``SOPT_DEVICE=cuda|vulkan``);
+``--quick`` uses tiny sizes and few steps for a smoke test, e.g. on Mesa's lavapipe.
+
+Usage::
+
+    SOPT_DEVICE=cuda python benchmarks/optim_step.py --json optim_step.json
+    python benchmarks/optim_step.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import pathlib
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+try:
+    import sopt
+except ImportError:  # running from a source checkout without `pip install .`
+    sys.path.insert(0, str(_REPO))
+    import sopt
+
+import numpy as np
+import slangpy as spy
+
+from sopt import device as sdev
+from sopt.optim import SGD, Adam, AdamW, Optimizer
+
+torch: Any = None
+_TORCH_IMPORT_ERROR: str | None = None
+try:
+    import torch  # type: ignore[no-redef]
+except Exception as exc:  # ImportError, or a broken install (OSError from a missing library)
+    torch = None
+    _TORCH_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+KIB = 1 << 10
+MIB = 1 << 20
+BYTES_PER_FLOAT = 4
+
+
+# -- what is benchmarked ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """One optimiser with the same hyperparameters for sopt and torch."""
+
+    key: str
+    label: str
+    sopt_cls: type[Optimizer]
+    torch_name: str
+    kwargs: dict[str, Any]
+
+
+OPTIMIZERS: dict[str, OptimizerSpec] = {
+    "sgd": OptimizerSpec("sgd", "SGD(m=0.9)", SGD, "SGD", {"lr": 1e-3, "momentum": 0.9}),
+    "adam": OptimizerSpec("adam", "Adam", Adam, "Adam", {"lr": 1e-3}),
+    "adamw": OptimizerSpec("adamw", "AdamW", AdamW, "AdamW", {"lr": 1e-3}),
+}
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """A model: the element count of each of its tensors."""
+
+    label: str
+    sizes: tuple[int, ...]
+
+    @property
+    def n_params(self) -> int:
+        return int(sum(self.sizes))
+
+
+_COUNT_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMG]?)$", re.IGNORECASE)
+_SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": 1 << 30}
+
+
+def parse_count(text: str) -> int:
+    """'64K' -> 65536, '1M' -> 1048576, '1000' -> 1000 (binary suffixes)."""
+    m = _COUNT_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"not a count: {text!r} (use e.g. 1000, 64K, 16M)")
+    value = int(float(m.group(1)) * _SUFFIX[m.group(2).upper()])
+    if value < 1:
+        raise ValueError(f"count must be >= 1, got {text!r}")
+    return value
+
+
+def format_count(n: int) -> str:
+    for suffix, scale in (("G", 1 << 30), ("M", MIB), ("K", KIB)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{suffix}"
+    return str(n)
+
+
+def mixed_sizes(count: int, low: int, high: int, seed: int) -> tuple[int, ...]:
+    """``count`` tensor sizes log-uniform in [low, high], from a fixed seed."""
+    rng = np.random.default_rng(seed)
+    sizes = np.exp(rng.uniform(math.log(low), math.log(high), count))
+    return tuple(int(min(max(round(s), low), high)) for s in sizes)
+
+
+def parse_size(token: str, seed: int) -> SizeSpec:
+    """'16M' (one tensor) or 'mixed[:COUNT[:MIN:MAX]]' (default mixed:100:1K:1M)."""
+    token = token.strip()
+    if token.lower().startswith("mixed"):
+        parts = token.split(":")
+        if parts[0].lower() != "mixed" or len(parts) not in (1, 2, 4):
+            raise ValueError(f"bad mixed size {token!r}: use mixed, mixed:COUNT or mixed:COUNT:MIN:MAX")
+        count = int(parts[1]) if len(parts) >= 2 else 100
+        low, high = (parse_count(parts[2]), parse_count(parts[3])) if len(parts) == 4 else (KIB, MIB)
+        if count < 1 or low > high:
+            raise ValueError(f"bad mixed size {token!r}: need COUNT >= 1 and MIN <= MAX")
+        return SizeSpec(f"mixed{count}[{format_count(low)}-{format_count(high)}]", mixed_sizes(count, low, high, seed))
+    n = parse_count(token)
+    return SizeSpec(format_count(n), (n,))
+
+
+def bytes_per_element(n_states: int) -> dict[str, int]:
+    """Bytes each variant moves per parameter element per step (see the module docstring)."""
+    torch_bytes = BYTES_PER_FLOAT * ((2 + n_states) + (1 + n_states))
+    nochk = BYTES_PER_FLOAT * ((2 + n_states) + (2 + n_states))
+    return {"sopt": nochk + BYTES_PER_FLOAT, "sopt_nochk": nochk, "torch": torch_bytes}
+
+
+# -- timing helpers --------------------------------------------------------------------------------------------
+def summarize(samples: list[float]) -> dict[str, float]:
+    """Median, mean, min, max of per-step times in seconds, as microseconds."""
+    return {"median_us": statistics.median(samples) * 1e6, "mean_us": statistics.fmean(samples) * 1e6,
+            "min_us": min(samples) * 1e6, "max_us": max(samples) * 1e6, "samples": len(samples)}
+
+
+class Variant:
+    """One optimiser instance being timed; subclasses bind it to sopt or torch."""
+
+    name: str
+    bytes_per_step: int
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def refill(self) -> None:
+        """Put random finite gradients back (not timed)."""
+
+    def gpu_step_times(self, n: int) -> list[float] | None:
+        """Per-step GPU-only times (s) of ``n`` steps, or None when the backend can't time on the GPU."""
+        return None
+
+    def check(self) -> dict[str, Any]:
+        """Sanity information after timing (e.g. skipped steps)."""
+        return {}
+
+    def close(self) -> None:
+        """Drop every GPU allocation."""
+
+
+class SoptVariant(Variant):
+    def __init__(self, spec: OptimizerSpec, model: SizeSpec, skip_nonfinite: bool, seed: int,
+                 poll_every: int | None) -> None:
+        self.name = "sopt" if skip_nonfinite else "sopt_nochk"
+        self.device = sdev.get_device()
+        rng = np.random.default_rng(seed)
+        self.params = [sopt.Parameter(rng.standard_normal(n, dtype=np.float32), name=f"p{i}")
+                       for i, n in enumerate(model.sizes)]
+        options: dict[str, Any] = {"skip_nonfinite": skip_nonfinite}
+        if poll_every is not None:
+            options["poll_every"] = poll_every
+        self.opt: Optimizer = spec.sopt_cls(self.params, **spec.kwargs, **options)
+        arena = self.opt.arena
+        self.n_states = len(self.opt.required_states())
+        self.bytes_per_step = bytes_per_element(self.n_states)[self.name] * model.n_params
+        # Random finite non-zero gradients in the arena's layout (padding stays zero), kept on the device so a
+        # refill is a device copy. The step zeroes the gradients it consumes: see the module docstring.
+        grads = arena.join([(rng.standard_normal(n, dtype=np.float32) + 0.1).astype(np.float32) for n in model.sizes])
+        self.grad_bytes = grads.nbytes
+        self.grad_src = self.device.create_buffer(
+            size=self.grad_bytes, data=grads,
+            usage=spy.BufferUsage.shader_resource | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination)
+        del grads
+        self.has_timestamps = self.device.has_feature(spy.Feature.timestamp_query)
+        self.refill()
+        self.sync()
+
+    def step(self) -> None:
+        self.opt.step()
+
+    def sync(self) -> None:
+        sdev.synchronize()
+
+    def refill(self) -> None:
+        encoder = self.device.create_command_encoder()
+        grads = self.opt.arena.grads
+        encoder.copy_buffer(grads.storage, grads.offset * BYTES_PER_FLOAT, self.grad_src, 0, self.grad_bytes)
+        self.device.submit_command_buffer(encoder.finish())
+
+    def gpu_step_times(self, n: int) -> list[float] | None:
+        if not self.has_timestamps or n <= 0:
+            return None
+        pool = self.device.create_query_pool(type=spy.QueryType.timestamp, count=2 * n)
+        for i in range(n):
+            encoder = self.device.create_command_encoder()
+            encoder.write_timestamp(pool, 2 * i)
+            self.opt.step(encoder)
+            encoder.write_timestamp(pool, 2 * i + 1)
+            self.device.submit_command_buffer(encoder.finish())
+        self.sync()
+        stamps = pool.get_timestamp_results(0, 2 * n)  # seconds
+        return [stamps[2 * i + 1] - stamps[2 * i] for i in range(n)]
+
+    def check(self) -> dict[str, Any]:
+        skipped = self.opt.skipped_steps
+        if skipped:
+            raise RuntimeError(f"{self.name}: {skipped} steps were skipped as non-finite; the timing is invalid")
+        return {"skipped_steps": skipped, "arena_elements": self.opt.arena.n_elements,
+                "state_tensors_per_param": self.n_states}
+
+    def close(self) -> None:
+        self.sync()
+        del self.opt, self.params, self.grad_src
+        gc.collect()
+
+
+class TorchVariant(Variant):
+    name = "torch"
+
+    def __init__(self, spec: OptimizerSpec, model: SizeSpec, device: str, seed: int) -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        self.params = []
+        for n in model.sizes:
+            p = torch.randn(n, device=self.device, dtype=torch.float32, generator=gen).requires_grad_(True)
+            # random finite non-zero gradients; torch's step does not modify them
+            p.grad = torch.randn(n, device=self.device, dtype=torch.float32, generator=gen) + 0.1
+            self.params.append(p)
+        cls = getattr(torch.optim, spec.torch_name)
+        self.opt = cls(self.params, **spec.kwargs, fused=True)
+        self.model = model
+        self.n_states: int | None = None
+        self.bytes_per_step = 0  # known after the first step creates the state
+
+    def _count_states(self) -> None:
+        # per-element state tensors (momentum_buffer / exp_avg, exp_avg_sq); the scalar `step` is not one
+        p = self.params[0]
+        self.n_states = sum(1 for v in self.opt.state[p].values() if torch.is_tensor(v) and v.shape == p.shape)
+        self.bytes_per_step = bytes_per_element(self.n_states)["torch"] * self.model.n_params
+
+    def step(self) -> None:
+        self.opt.step()
+        if self.n_states is None:
+            self._count_states()
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def gpu_step_times(self, n: int) -> list[float] | None:
+        if not self.cuda or n <= 0:
+            return None
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in events:
+            start.record()
+            self.opt.step()
+            end.record()
+        self.sync()
+        return [start.elapsed_time(end) * 1e-3 for start, end in events]
+
+    def check(self) -> dict[str, Any]:
+        return {"state_tensors_per_param": self.n_states}
+
+    def close(self) -> None:
+        self.sync()
+        del self.opt, self.params
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+
+def time_rounds(variants: list[Variant], n_steps: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Interleaved rounds of ``n_steps`` host-timed steps; per variant the per-step time (s) of each round and
+    the per-step time the host spent issuing them (before the final synchronisation)."""
+    out: dict[str, dict[str, list[float]]] = {v.name: {"step": [], "issue": []} for v in variants}
+    for _ in range(rounds):
+        for v in variants:
+            v.refill()
+            v.sync()
+            step = v.step
+            t0 = time.perf_counter()
+            for _ in range(n_steps):
+                step()
+            t1 = time.perf_counter()
+            v.sync()
+            t2 = time.perf_counter()
+            out[v.name]["step"].append((t2 - t0) / n_steps)
+            out[v.name]["issue"].append((t1 - t0) / n_steps)
+    return out
+
+
+def probe_step_time(v: Variant, n: int) -> float:
+    v.sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        v.step()
+    v.sync()
+    return (time.perf_counter() - t0) / n
+
+
+# -- copy bandwidth ------------------------------------------------------------------------------------------
+def torch_copy_bandwidth(nbytes: int, device: str, rounds: int = 5, per_round: int = 10) -> dict[str, float]:
+    """``dst.copy_(src)`` on ``device``; GB/s = 2 * nbytes (read + write) / time, median over rounds."""
+    dev = torch.device(device)
+    src = torch.empty(nbytes // BYTES_PER_FLOAT, dtype=torch.float32, device=dev).uniform_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize(dev)
+    samples = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(per_round):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3 / per_round)
+    del src, dst
+    torch.cuda.empty_cache()
+    t = statistics.median(samples)
+    return {"bytes_per_copy": 2 * nbytes, "time_us": t * 1e6, "gbps": 2 * nbytes / t / 1e9}
+
+
+def slangpy_copy_bandwidth(nbytes: int, rounds: int = 5, per_round: int = 10) -> dict[str, Any]:
+    """SlangPy ``copy_buffer`` on sopt's device, timed with GPU timestamps when available (else the host clock)."""
+    device = sdev.get_device()
+    usage = spy.BufferUsage.shader_resource | spy.BufferUsage.copy_source | spy.BufferUsage.copy_destination
+    src = device.create_buffer(size=nbytes, usage=usage)
+    dst = device.create_buffer(size=nbytes, usage=usage)
+    encoder = device.create_command_encoder()
+    encoder.clear_buffer(src)
+    encoder.copy_buffer(dst, 0, src, 0, nbytes)
+    device.submit_command_buffer(encoder.finish())
+    device.wait()
+    stamps = device.has_feature(spy.Feature.timestamp_query)
+    pool = device.create_query_pool(type=spy.QueryType.timestamp, count=2) if stamps else None
+    samples = []
+    for _ in range(rounds):
+        encoder = device.create_command_encoder()
+        if pool is not None:
+            encoder.write_timestamp(pool, 0)
+        for _ in range(per_round):
+            encoder.copy_buffer(dst, 0, src, 0, nbytes)
+        if pool is not None:
+            encoder.write_timestamp(pool, 1)
+        t0 = time.perf_counter()
+        device.submit_command_buffer(encoder.finish())
+        device.wait()
+        elapsed = time.perf_counter() - t0
+        if pool is not None:
+            a, b = pool.get_timestamp_results(0, 2)
+            elapsed = b - a
+        samples.append(elapsed / per_round)
+    del src, dst, pool
+    gc.collect()
+    t = statistics.median(samples)
+    return {"bytes_per_copy": 2 * nbytes, "time_us": t * 1e6, "gbps": 2 * nbytes / t / 1e9,
+            "clock": "gpu timestamps" if stamps else "host"}
+
+
+# -- environment ---------------------------------------------------------------------------------------------
+def torch_status(requested: str, disabled: bool) -> tuple[str | None, str]:
+    """(torch device to use or None, a line explaining it)."""
+    if disabled:
+        return None, "torch: disabled (--no-torch)"
+    if torch is None:
+        return None, f"torch: not importable ({_TORCH_IMPORT_ERROR})"
+    if requested == "cuda" and not torch.cuda.is_available():
+        return None, (f"torch {torch.__version__}: no CUDA device, torch columns n/a "
+                      "(--torch-device cpu times torch's CPU kernels instead)")
+    return requested, f"torch {torch.__version__} on {requested}"
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or None
+    except Exception:
+        return None
+
+
+# -- the run -------------------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    optimizer: str
+    size: str
+    n_tensors: int
+    n_params: int
+    n_steps: int = 0
+    rounds: int = 0
+    gpu_steps: int = 0
+    bytes_per_element: dict[str, int] = field(default_factory=dict)
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    copy_gbps: float | None = None
+    error: dict[str, str] = field(default_factory=dict)
+
+    def host_us(self, name: str) -> float | None:
+        v = self.variants.get(name)
+        return v["host"]["median_us"] if v else None
+
+    def gpu_us(self, name: str) -> float | None:
+        v = self.variants.get(name)
+        return v["gpu"]["median_us"] if v and v.get("gpu") else None
+
+    def gbps(self, name: str) -> float | None:
+        v = self.variants.get(name)
+        return v["gbps"] if v else None
+
+    def pct_copy(self, name: str) -> float | None:
+        g = self.gbps(name)
+        return 100.0 * g / self.copy_gbps if g is not None and self.copy_gbps else None
+
+    def speedup(self, name: str) -> float | None:
+        mine, theirs = self.host_us(name), self.host_us("torch")
+        return theirs / mine if mine and theirs else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer, "size": self.size, "n_tensors": self.n_tensors, "n_params": self.n_params,
+                "n_steps_per_round": self.n_steps, "rounds": self.rounds, "gpu_timed_steps": self.gpu_steps,
+                "bytes_per_element": self.bytes_per_element, "variants": self.variants, "copy_gbps": self.copy_gbps,
+                "pct_of_copy": {n: self.pct_copy(n) for n in ("sopt", "sopt_nochk", "torch")},
+                "speedup_vs_torch": {n: self.speedup(n) for n in ("sopt", "sopt_nochk")},
+                "errors": self.error}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_config(spec: OptimizerSpec, model: SizeSpec, args: argparse.Namespace, torch_device: str | None,
+               copy_gbps: float | None) -> Row:
+    row = Row(spec.label, model.label, len(model.sizes), model.n_params, copy_gbps=copy_gbps)
+    variants: list[Variant] = []
+    try:
+        for skip in (True, False):
+            variants.append(SoptVariant(spec, model, skip, args.seed, args.poll_every))
+        if torch_device is not None:
+            try:
+                variants.append(TorchVariant(spec, model, torch_device, args.seed))
+            except Exception as exc:  # e.g. fused=True unsupported for this optimiser/device in this torch
+                row.error["torch"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                log(f"  torch failed: {row.error['torch']}")
+        # warm-up: compilation, lazy state, caches
+        for v in variants:
+            v.refill()
+            for _ in range(args.warmup):
+                v.step()
+            v.sync()
+        probe = max(3, min(args.steps, 20))
+        fastest = min(probe_step_time(v, probe) for v in variants)
+        n = max(args.steps, math.ceil(args.min_time / max(fastest, 1e-9)))
+        n = min(n, args.max_steps)
+        row.n_steps, row.rounds = n, args.rounds
+        log(f"  {spec.label} {model.label}: {n} steps x {args.rounds} rounds per variant (fastest probe "
+            f"{fastest * 1e6:.1f} us/step)")
+        timed = time_rounds(variants, n, args.rounds)
+        n_gpu = min(args.gpu_steps, n)
+        row.gpu_steps = n_gpu
+        for v in variants:
+            v.refill()
+            v.sync()
+            try:
+                gpu = v.gpu_step_times(n_gpu)
+            except Exception as exc:  # a backend without working timestamps: keep the host-clock results
+                gpu = None
+                row.error[f"{v.name}_gpu_timing"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            host = summarize(timed[v.name]["step"])
+            row.variants[v.name] = {
+                "host": host, "host_rounds_us": [t * 1e6 for t in timed[v.name]["step"]],
+                "host_issue_us": statistics.median(timed[v.name]["issue"]) * 1e6,
+                "gpu": summarize(gpu) if gpu else None,
+                "bytes_per_step": v.bytes_per_step,
+                "gbps": v.bytes_per_step / (host["median_us"] * 1e-6) / 1e9,
+                "gbps_gpu": v.bytes_per_step / (summarize(gpu)["median_us"] * 1e-6) / 1e9 if gpu else None,
+                **v.check(),
+            }
+        n_states = next(v.n_states for v in variants if isinstance(v, SoptVariant))
+        row.bytes_per_element = bytes_per_element(n_states)
+        torch_v = next((v for v in variants if isinstance(v, TorchVariant)), None)
+        if torch_v is not None and torch_v.n_states != n_states:
+            row.error["state_mismatch"] = f"torch keeps {torch_v.n_states} state tensors, sopt {n_states}"
+            row.bytes_per_element["torch"] = bytes_per_element(torch_v.n_states or 0)["torch"]
+    finally:
+        for v in variants:
+            v.close()
+        variants.clear()
+        gc.collect()
+    return row
+
+
+# -- output --------------------------------------------------------------------------------------------------
+COLUMNS: list[tuple[str, Callable[[Row], Any], str]] = [
+    ("optimizer", lambda r: r.optimizer, "s"),
+    ("size", lambda r: r.size, "s"),
+    ("params", lambda r: r.n_params, "d"),
+    ("steps", lambda r: f"{r.n_steps}x{r.rounds}", "s"),
+    ("sopt us", lambda r: r.host_us("sopt"), ".1f"),
+    ("nochk us", lambda r: r.host_us("sopt_nochk"), ".1f"),
+    ("torch us", lambda r: r.host_us("torch"), ".1f"),
+    ("sopt gpu", lambda r: r.gpu_us("sopt"), ".1f"),
+    ("nochk gpu", lambda r: r.gpu_us("sopt_nochk"), ".1f"),
+    ("torch gpu", lambda r: r.gpu_us("torch"), ".1f"),
+    ("sopt GB/s", lambda r: r.gbps("sopt"), ".1f"),
+    ("nochk GB/s", lambda r: r.gbps("sopt_nochk"), ".1f"),
+    ("torch GB/s", lambda r: r.gbps("torch"), ".1f"),
+    ("copy GB/s", lambda r: r.copy_gbps, ".1f"),
+    ("sopt %copy", lambda r: r.pct_copy("sopt"), ".1f"),
+    ("nochk %copy", lambda r: r.pct_copy("sopt_nochk"), ".1f"),
+    ("torch %copy", lambda r: r.pct_copy("torch"), ".1f"),
+    ("sopt speedup", lambda r: r.speedup("sopt"), ".2f"),
+    ("nochk speedup", lambda r: r.speedup("sopt_nochk"), ".2f"),
+]
+
+
+def format_table(rows: list[Row]) -> str:
+    def cell(value: Any, fmt: str) -> str:
+        if value is None:
+            return "n/a"
+        if fmt.endswith("f") and not math.isfinite(value):
+            return "n/a"
+        return format(value, fmt) + ("x" if fmt == ".2f" else "")
+
+    cells = [[name for name, _, _ in COLUMNS]] + [[cell(get(r), fmt) for _, get, fmt in COLUMNS] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    lines = []
+    for k, line in enumerate(cells):
+        parts = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        lines.append("  ".join(parts))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def header_lines(meta: dict[str, Any]) -> list[str]:
+    lines = [
+        f"sopt optimiser step benchmark  {meta['date']}  sopt {meta['sopt_version']} (git {meta['git_commit']})",
+        f"sopt device: {meta['sopt_adapter']} [{meta['sopt_backend']}, {meta['sopt_api']}]   "
+        f"torch device: {meta['torch_device_name'] or 'n/a'}",
+        f"versions: python {meta['python']}, slangpy {meta['slangpy_version']}, torch {meta['torch_version'] or 'n/a'}, "
+        f"numpy {meta['numpy_version']}",
+        meta["torch_note"],
+    ]
+    copy = meta["copy"]
+    parts = []
+    if copy.get("torch"):
+        parts.append(f"torch copy_ {copy['torch']['gbps']:.1f} GB/s")
+    if copy.get("slangpy"):
+        parts.append(f"slangpy copy_buffer {copy['slangpy']['gbps']:.1f} GB/s ({copy['slangpy']['clock']})")
+    lines.append(f"copy limit ({copy['mib']} MiB buffers, read+write counted): "
+                 + ("; ".join(parts) or "n/a") + f"  -> 'copy GB/s' column = {copy['limit_source']}")
+    lines.append("bytes counted per parameter per step (float32): "
+                 + "; ".join(f"{label}: sopt {b['sopt']}, sopt nochk {b['sopt_nochk']}, torch {b['torch']}"
+                             for label, b in meta["bytes_per_element"].items()))
+    lines.append("  torch fused reads p,g,states and writes p,states (zero_grad not counted); sopt also writes zero "
+                 "to each gradient; sopt default also reads g in the non-finite check pass")
+    lines.append("columns: '* us' host clock, median over rounds of (N back-to-back steps + 1 sync) / N; "
+                 "'* gpu' GPU-only median per step (us); GB/s and %copy from the host-clock times; "
+                 "speedup = torch us / sopt us (>1: sopt faster); nochk = sopt with skip_nonfinite=False")
+    tick = meta.get("sopt_timestamp_tick_ns")
+    if tick and tick >= 1000:
+        lines.append(f"note: sopt's GPU timestamps tick every {tick / 1000:g} us on this backend; "
+                     "the JSON has the mean per step too")
+    return lines
+
+
+def build_meta(args: argparse.Namespace, torch_device: str | None, torch_note: str) -> dict[str, Any]:
+    device = sdev.get_device()
+    freq = device.info.timestamp_frequency
+    torch_name = None
+    if torch_device == "cuda":
+        torch_name = torch.cuda.get_device_name(torch.device("cuda"))
+    elif torch_device is not None:
+        torch_name = f"{platform.processor() or platform.machine()} (CPU)"
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "sopt_version": getattr(sopt, "__version__", "?"),
+        "git_commit": git_commit(),
+        "sopt_adapter": device.info.adapter_name,
+        "sopt_backend": sdev.device_kind(),
+        "sopt_api": device.info.api_name,
+        "sopt_timestamp_tick_ns": 1e9 / freq if freq else None,
+        "torch_device": torch_device,
+        "torch_device_name": torch_name,
+        "torch_version": torch.__version__ if torch is not None else None,
+        "torch_note": torch_note,
+        "slangpy_version": getattr(spy, "__version__", "?"),
+        "numpy_version": np.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "args": {k: v for k, v in vars(args).items()},
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--optimizers", default="sgd,adam,adamw",
+                    help=f"comma-separated, from {','.join(OPTIMIZERS)} (default: all)")
+    ap.add_argument("--sizes", default=None,
+                    help="comma-separated: element counts of one tensor (1M = 2**20) and/or "
+                         "mixed[:COUNT[:MIN:MAX]] (default: 1M,16M,64M,mixed = mixed:100:1K:1M)")
+    ap.add_argument("--steps", type=int, default=None, help="minimum timed steps per round (default 200)")
+    ap.add_argument("--min-time", type=float, default=None,
+                    help="a round lasts at least this many seconds for the fastest variant (default 0.2)")
+    ap.add_argument("--max-steps", type=int, default=100_000, help="cap on steps per round (default 100000)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds per variant (default 5)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 20)")
+    ap.add_argument("--gpu-steps", type=int, default=None,
+                    help="steps timed one by one on the GPU (timestamps / CUDA events); 0: skip (default 500)")
+    ap.add_argument("--copy-mib", type=int, default=None, help="copy-bandwidth buffer size in MiB (default 1024)")
+    ap.add_argument("--poll-every", type=int, default=None,
+                    help="sopt's poll_every (host reads of the skipped-step count); default: sopt's own default")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the mixed sizes and the random data")
+    ap.add_argument("--torch-device", default="cuda", choices=("cuda", "cpu"),
+                    help="where torch runs (default cuda; cpu only to exercise the code path)")
+    ap.add_argument("--no-torch", action="store_true", help="time sopt only")
+    ap.add_argument("--json", metavar="PATH", default=None, help="also write the results as JSON to PATH")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: sizes 64K,mixed:10:1K:16K, few steps, 16 MiB copy")
+    args = ap.parse_args(argv)
+    quick = {"sizes": "64K,mixed:10:1K:16K", "steps": 10, "min_time": 0.0, "rounds": 2, "warmup": 2,
+             "gpu_steps": 5, "copy_mib": 16}
+    full = {"sizes": "1M,16M,64M,mixed", "steps": 200, "min_time": 0.2, "rounds": 5, "warmup": 20,
+            "gpu_steps": 500, "copy_mib": 1024}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    for key in ("steps", "rounds", "copy_mib", "max_steps"):
+        if getattr(args, key) < 1:
+            ap.error(f"--{key.replace('_', '-')} must be >= 1")
+    for key in ("warmup", "gpu_steps"):
+        if getattr(args, key) < 0:
+            ap.error(f"--{key.replace('_', '-')} must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        specs = [OPTIMIZERS[k.strip().lower()] for k in args.optimizers.split(",") if k.strip()]
+    except KeyError as exc:
+        raise SystemExit(f"unknown optimizer {exc}; choose from {', '.join(OPTIMIZERS)}") from None
+    try:
+        models = [parse_size(t, args.seed) for t in args.sizes.split(",") if t.strip()]
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+    torch_device, torch_note = torch_status(args.torch_device, args.no_torch)
+    log(f"device: {sdev.get_device().info.adapter_name} ({sdev.device_kind()}); {torch_note}")
+    meta = build_meta(args, torch_device, torch_note)
+
+    copy: dict[str, Any] = {"mib": args.copy_mib}
+    log("measuring copy bandwidth ...")
+    copy["slangpy"] = slangpy_copy_bandwidth(args.copy_mib * MIB)
+    if torch_device == "cuda":
+        copy["torch"] = torch_copy_bandwidth(args.copy_mib * MIB, torch_device)
+        copy["limit_source"] = "torch copy_"
+    else:
+        copy["limit_source"] = "slangpy copy_buffer (torch not on CUDA)"
+    limit = (copy.get("torch") or copy["slangpy"])["gbps"]
+    meta["copy"] = copy
+
+    rows: list[Row] = []
+    for spec in specs:
+        for model in models:
+            rows.append(run_config(spec, model, args, torch_device, limit))
+    meta["bytes_per_element"] = {}
+    for r in rows:
+        meta["bytes_per_element"].setdefault(r.optimizer, r.bytes_per_element)
+
+    text = "\n".join(header_lines(meta)) + "\n\n" + format_table(rows)
+    errors = [f"{r.optimizer} {r.size}: {k}: {v}" for r in rows for k, v in r.error.items()]
+    if errors:
+        text += "\n\nproblems:\n" + "\n".join("  " + e for e in errors)
+    print(text, flush=True)
+    if args.json:
+        path = pathlib.Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"meta": meta, "results": [r.to_json() for r in rows]}, indent=2) + "\n")
+        log(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
