@@ -33,7 +33,7 @@ from sopt.validation import check_float
 
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
 MAX_GROUPS = 16        # parameter groups one dispatch handles
-STATS_GROUPS = 512     # most thread groups of the statistics pass
+STATS_GROUPS = 1024    # most thread groups of the statistics pass
 _CTL_WORDS = 8
 _CTL_SKIPPED = 3
 
@@ -174,7 +174,7 @@ class Optimizer:
                      ctl=self._ctl, args=args, rule=rule)
         if own:
             dev.submit(encoder)
-        if self.poll_every > 0 and self._attempts % self.poll_every == 0:
+        if self.uses_stats_pass and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
 
     def zero_grad(self) -> None:
