@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 class EarlyStopping(Callback):
     """Stops training at the first metrics step where ``metric`` is ``>= target`` (mode "max") or
     ``<= target`` (mode "min"). The metric is checked whenever it is present (an Evaluate callback's
-    metric appears every ``Evaluate.every`` steps; "loss" on every metrics step). ``trainer.stop_reason``
-    of the result names the metric, its value and the step.
+    metric appears every ``Evaluate.every`` steps; "loss" on every metrics step). The result's ``stop_reason``
+    names the metric, its value and the step.
     """
 
     order = 60
