@@ -1,0 +1,147 @@
+"""ReduceLROnPlateau: cut the lr when a metric stops improving (torch.optim.lr_scheduler.ReduceLROnPlateau)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, check_state, per_group
+from sopt.validation import check_float, check_int
+
+_MODES = ("min", "max")
+_THRESHOLD_MODES = ("rel", "abs")
+
+
+class ReduceLROnPlateau(LRScheduler):
+    r"""Multiply the lr by ``factor`` once the metric has not improved for more than ``patience`` steps.
+
+    At each ``step(metrics)``: the metric improves on ``best`` when (mode 'min')
+    ``metrics < best * (1 - threshold)`` ('rel') or ``metrics < best - threshold`` ('abs'); mode 'max' mirrors
+    it (``best * (1 + threshold)``, ``best + threshold``). An improvement sets ``best`` and zeroes the count of
+    bad steps; otherwise the count grows (a NaN metric never improves). During ``cooldown`` steps after a
+    reduction bad steps are not counted. When the count exceeds ``patience``::
+
+        lr <- max(lr * factor, min_lr)     (skipped when it would change lr by no more than eps)
+
+    then the cooldown starts and the count resets. The lr is otherwise left as it is, so other code (or
+    another scheduler) may set it.
+
+    Args:
+        optimizer: the optimiser whose groups' ``lr`` is reduced.
+        mode: 'min' (lower metric is better) or 'max'. Default 'min'.
+        factor: in [0, 1). Default 0.1.
+        patience: bad steps tolerated before a reduction, >= 0. Default 10.
+        threshold: least significant improvement, >= 0. Default 1e-4.
+        threshold_mode: 'rel' or 'abs'. Default 'rel'.
+        cooldown: steps after a reduction during which bad steps are ignored, >= 0. Default 0.
+        min_lr: lower bound on the lr, >= 0; one value or one per group. Default 0.
+        eps: smallest lr change applied, >= 0. Default 1e-8.
+    """
+
+    def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1, patience: int = 10,
+                 threshold: float = 1e-4, threshold_mode: str = "rel", cooldown: int = 0,
+                 min_lr: float | list[float] = 0.0, eps: float = 1e-8) -> None:
+        check_optimizer(optimizer)
+        self.optimizer = optimizer
+        self.factor = check_float(factor, "factor", 0.0, 1.0, high_inclusive=False)
+        if mode not in _MODES:
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        if threshold_mode not in _THRESHOLD_MODES:
+            raise ValueError(f"threshold_mode must be 'rel' or 'abs', got {threshold_mode!r}")
+        self.mode, self.threshold_mode = mode, threshold_mode
+        self.threshold = check_float(threshold, "threshold", low=0.0)
+        self.patience = check_int(patience, "patience", low=0)
+        self.cooldown = check_int(cooldown, "cooldown", low=0)
+        self.eps = check_float(eps, "eps", low=0.0)
+        self.min_lrs = per_group(min_lr, "min_lr", optimizer, lambda v, name: check_float(v, name, low=0.0))
+        # ReduceLROnPlateau never rescales from base_lrs and leaves initial_lr alone, as torch.
+        self.base_lrs = self._group_lrs()
+        self.last_epoch = 0
+        self._step_count = 0
+        self._last_lr = self._group_lrs()
+        self._reset()
+
+    @property
+    def mode_worse(self) -> float:
+        """The starting ``best``: +inf for 'min', -inf for 'max'."""
+        return math.inf if self.mode == "min" else -math.inf
+
+    def _reset(self) -> None:
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def is_better(self, a: float, best: float) -> bool:
+        """Whether metric ``a`` is a significant improvement on ``best``."""
+        if self.mode == "min" and self.threshold_mode == "rel":
+            return a < best * (1.0 - self.threshold)
+        if self.mode == "min":
+            return a < best - self.threshold
+        if self.threshold_mode == "rel":
+            return a > best * (self.threshold + 1.0)
+        return a > best + self.threshold
+
+    def step(self, metrics: Any) -> None:  # type: ignore[override]
+        """Record this step's metric (a number, or a one-element array) and reduce the lr if it has
+        plateaued."""
+        try:
+            current = float(metrics)
+        except (TypeError, ValueError):
+            raise ValueError(f"metrics must be a number, got {metrics!r}") from None
+        self.last_epoch += 1
+        self._step_count += 1
+        if self.is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            self._reduce_lr()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = self._group_lrs()
+
+    def _reduce_lr(self) -> None:
+        for group, min_lr in zip(self.optimizer.param_groups, self.min_lrs, strict=True):
+            old_lr = float(group["lr"])
+            new_lr = max(old_lr * self.factor, min_lr)
+            if old_lr - new_lr > self.eps:
+                group["lr"] = new_lr
+
+    _SAVED = ("mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lrs", "eps",
+              "cooldown_counter", "num_bad_epochs")
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"type": type(self).__name__, "last_epoch": self.last_epoch, "step_count": self._step_count,
+                 "base_lrs": list(self.base_lrs), "last_lr": list(self._last_lr)}
+        state.update({name: getattr(self, name) for name in self._SAVED})
+        state["min_lrs"] = list(self.min_lrs)
+        # Strict JSON has no infinity: the initial best (+-inf) is saved as None.
+        state["best"] = self.best if math.isfinite(self.best) else None
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved and write the saved lrs into the param groups."""
+        check_state(state_dict, self, ("last_epoch", "step_count", "base_lrs", "last_lr", "best", *self._SAVED))
+        if state_dict["mode"] not in _MODES or state_dict["threshold_mode"] not in _THRESHOLD_MODES:
+            raise ValueError(f"ReduceLROnPlateau state_dict has mode={state_dict['mode']!r}, "
+                             f"threshold_mode={state_dict['threshold_mode']!r}")
+        base_lrs = check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self)
+        last_lr = check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self)
+        min_lrs = check_group_count(state_dict["min_lrs"], "min_lrs", self.optimizer, self)
+        for name in self._SAVED:
+            setattr(self, name, state_dict[name])
+        self.min_lrs, self.base_lrs = min_lrs, base_lrs
+        self.last_epoch = int(state_dict["last_epoch"])
+        self._step_count = int(state_dict["step_count"])
+        self.best = self.mode_worse if state_dict["best"] is None else float(state_dict["best"])
+        for group, lr in zip(self.optimizer.param_groups, last_lr):
+            group["lr"] = lr
+        self._last_lr = last_lr

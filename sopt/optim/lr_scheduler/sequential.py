@@ -1,0 +1,104 @@
+"""SequentialLR: run schedulers one after another, switching at milestones (torch.optim.lr_scheduler.SequentialLR)."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any, Sequence
+
+from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_milestones, check_state
+from sopt.optim.lr_scheduler.chained import ChainedScheduler, check_children
+from sopt.validation import check_int
+
+
+class SequentialLR(LRScheduler):
+    r"""Use ``schedulers[i]`` from step ``milestones[i-1]`` (0 for the first) until ``milestones[i]``::
+
+        lr_t = schedule_i(t - milestones[i-1])      for milestones[i-1] <= t < milestones[i]
+
+    where ``schedule_i`` is the lr sequence ``schedulers[i]`` would produce alone from the group lrs'
+    ``initial_lr``. As in torch: construction resets every group's lr to ``initial_lr``, undoes the initial step
+    of every scheduler and redoes only the first one's; at a milestone the next scheduler jumps to its epoch 0
+    through its closed form (a chainable one restarts from its base lr, not from the lr reached so far), and
+    between milestones the active scheduler steps normally.
+
+    Args:
+        optimizer: the optimiser all schedulers drive.
+        schedulers: the schedulers, constructed on ``optimizer``; not ReduceLROnPlateau, and only the first
+            may be a ChainedScheduler or SequentialLR (a composite has no epoch 0 to jump to).
+        milestones: ``len(schedulers) - 1`` steps >= 1, strictly increasing.
+        last_epoch: -1 to start; torch's meaning.
+    """
+
+    def __init__(self, optimizer: Any, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
+                 last_epoch: int = -1) -> None:
+        schedulers = list(schedulers)
+        check_children("SequentialLR", schedulers, optimizer)
+        for i, scheduler in enumerate(schedulers[1:], start=1):
+            if isinstance(scheduler, (ChainedScheduler, SequentialLR)):
+                raise ValueError(f"SequentialLR: schedulers[{i}] is a {type(scheduler).__name__}, which cannot "
+                                 f"restart at a milestone; only schedulers[0] may be a composite")
+        milestones = check_milestones(milestones, "milestones", low=1, strict=True)
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"milestones must have one entry fewer than schedulers: got {len(schedulers)} "
+                             f"schedulers and milestones={milestones}")
+        self.optimizer = optimizer
+        self._schedulers = schedulers
+        self._milestones = milestones
+        self.last_epoch = check_int(last_epoch, "last_epoch", low=-1) + 1
+        self._step_count = 0
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        self.base_lrs = [float(g["initial_lr"]) for g in optimizer.param_groups]
+        self.recursive_undo()
+        idx = bisect_right(milestones, 0)
+        schedulers[idx]._initial_step()
+        self._last_lr = schedulers[idx].get_last_lr()
+
+    def recursive_undo(self, sched: Any = None) -> None:
+        """Step back every leaf scheduler by one epoch (undoing its constructor's step), as torch."""
+        scheds = self if sched is None else sched
+        if hasattr(scheds, "_schedulers"):
+            for s in scheds._schedulers:
+                self.recursive_undo(s)
+        elif hasattr(scheds, "last_epoch"):
+            scheds.last_epoch -= 1
+
+    def step(self) -> None:
+        """Advance one step: the scheduler active at the new step steps, or restarts at its milestone."""
+        self._step_count += 1
+        self.last_epoch += 1
+        idx = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            scheduler._update_lr(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own position and milestones, and every scheduler's state_dict under ``"schedulers"``."""
+        return {"type": type(self).__name__, "last_epoch": self.last_epoch, "step_count": self._step_count,
+                "milestones": list(self._milestones), "base_lrs": list(self.base_lrs),
+                "last_lr": list(self._last_lr), "schedulers": [s.state_dict() for s in self._schedulers]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore every scheduler, then this one's position; the saved lrs end up in the param groups."""
+        check_state(state_dict, self, ("last_epoch", "step_count", "milestones", "base_lrs", "last_lr",
+                                       "schedulers"))
+        children = state_dict["schedulers"]
+        if not isinstance(children, list) or len(children) != len(self._schedulers):
+            raise ValueError(f"SequentialLR state_dict holds {len(children) if isinstance(children, list) else children!r}"
+                             f" scheduler states, this SequentialLR has {len(self._schedulers)} schedulers")
+        milestones = check_milestones(state_dict["milestones"], "milestones", low=1, strict=True)
+        base_lrs = check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self)
+        last_lr = check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self)
+        for scheduler, child in zip(self._schedulers, children):
+            scheduler.load_state_dict(child)
+        self._milestones, self.base_lrs = milestones, base_lrs
+        self.last_epoch = int(state_dict["last_epoch"])
+        self._step_count = int(state_dict["step_count"])
+        # The inactive schedulers wrote stale lrs while loading: the active lr is this one's.
+        for group, lr in zip(self.optimizer.param_groups, last_lr):
+            group["lr"] = lr
+        self._last_lr = last_lr
+

@@ -1,0 +1,58 @@
+"""WarmupCosineLR: linear warmup then cosine decay to ``eta_min`` (the NeRF / instant-ngp style schedule)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sopt.optim.lr_scheduler.base import LRScheduler
+from sopt.validation import check_float, check_int
+
+
+class WarmupCosineLR(LRScheduler):
+    r"""Linear warmup for ``warmup_steps`` (W) steps, then cosine decay until ``total_steps`` (T)::
+
+        lr_t = base_lr * (s + (1 - s) * t / W)                                for 0 <= t < W
+        lr_t = eta_min + (base_lr - eta_min) * (1 + cos(pi * (t - W) / (T - W))) / 2   for W <= t <= T
+        lr_t = eta_min                                                        for t > T
+
+    with ``s = warmup_start_factor``: the lr starts at ``s * base_lr``, reaches ``base_lr`` at step W and
+    ``eta_min`` at step T. ``W = 0`` gives plain cosine decay. The lr is computed from ``base_lrs`` and
+    ``t`` alone (closed form, not chainable): inside a ``ChainedScheduler`` it replaces the lr that schedulers
+    before it wrote.
+
+    Args:
+        optimizer: the optimiser whose groups' ``lr`` is scheduled.
+        warmup_steps: W, >= 0 and < ``total_steps``.
+        total_steps: T, the step at which the lr reaches ``eta_min``, >= 1.
+        eta_min: final lr (absolute, as in CosineAnnealingLR), >= 0. Default 0.
+        warmup_start_factor: s, in [0, 1]. Default 0.
+        last_epoch: -1 to start; see :class:`LRScheduler`.
+    """
+
+    _state_attrs = ("warmup_steps", "total_steps", "eta_min", "warmup_start_factor")
+
+    def __init__(self, optimizer: Any, warmup_steps: int, total_steps: int, eta_min: float = 0.0,
+                 warmup_start_factor: float = 0.0, last_epoch: int = -1) -> None:
+        self.warmup_steps = check_int(warmup_steps, "warmup_steps", low=0)
+        self.total_steps = check_int(total_steps, "total_steps", low=1)
+        if self.warmup_steps >= self.total_steps:
+            raise ValueError(f"warmup_steps must be < total_steps (the cosine phase needs at least one step), "
+                             f"got warmup_steps={warmup_steps}, total_steps={total_steps}")
+        self.eta_min = check_float(eta_min, "eta_min", low=0.0)
+        self.warmup_start_factor = check_float(warmup_start_factor, "warmup_start_factor", 0.0, 1.0)
+        super().__init__(optimizer, last_epoch)
+
+    def _lr_at(self, base: float, t: int) -> float:
+        W, T, s = self.warmup_steps, self.total_steps, self.warmup_start_factor
+        if t < W:
+            return base * (s + (1.0 - s) * t / W)
+        if t <= T:
+            return self.eta_min + (base - self.eta_min) * (1.0 + math.cos(math.pi * (t - W) / (T - W))) / 2.0
+        return self.eta_min
+
+    def get_lr(self) -> list[float]:
+        return [self._lr_at(base, self.last_epoch) for base in self.base_lrs]
+
+    def _get_closed_form_lr(self) -> list[float]:
+        return self.get_lr()
