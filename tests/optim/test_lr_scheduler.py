@@ -105,8 +105,8 @@ def constant(base, t, factor, total):
     return base * factor if t < total else base
 
 
-# (id, steps, optimiser kind, build(M, opt) for M = sopt's or torch's lr_scheduler (None: no torch twin),
-#  reference(base_lr, t) -> lr)
+# (id, steps, optimiser kind, build(M, opt) for M = sopt's or torch's lr_scheduler (None: no torch twin, see WARMUP),
+#  reference(base_lr, t) -> lr (None: no closed form, compared with torch only))
 CASES = [
     ("ConstantLR-default", 30, "sgd", lambda M, o: M.ConstantLR(o), lambda b, t: constant(b, t, 1 / 3, 5)),
     ("ConstantLR", 60, "adam", lambda M, o: M.ConstantLR(o, factor=0.25, total_iters=17),
@@ -391,6 +391,14 @@ def test_state_dict_round_trip_plateau():
             fresh.step(m)
             rest.append(fresh.get_last_lr())
         assert_close(rest, full[cut:], f"ReduceLROnPlateau after load at step {cut}")
+
+
+def test_state_dict_is_strict_json_with_numpy_lrs():
+    # Group lrs given as numpy scalars must still give a JSON-serialisable state.
+    opt = SGD([{"params": [sopt.Parameter(np.zeros(2))], "lr": np.float32(0.1)}], lr=0.1)
+    for scheduler in (S.StepLR(opt, 3), S.ReduceLROnPlateau(opt)):
+        state = scheduler.state_dict()
+        assert json_round_trip(state) == state
 
 
 def test_load_state_dict_rejects_other_scheduler_and_group_count():

@@ -99,9 +99,11 @@ class LRScheduler:
 
     Args:
         optimizer: a sopt optimiser (anything with torch-style ``param_groups``).
-        last_epoch: ``-1`` starts the schedule; a value ``>= 0`` resumes it as torch does (every group must
-            then hold ``initial_lr``, e.g. from the optimiser's loaded state_dict), and the constructor
-            advances to epoch ``last_epoch + 1``. Prefer :meth:`load_state_dict` to resume.
+        last_epoch: ``-1`` starts the schedule; a value ``>= 0`` resumes it exactly as torch does: every group
+            must then hold ``initial_lr`` and its current lr (e.g. from the optimiser's loaded state_dict), and
+            the constructor's step advances to epoch ``last_epoch + 1`` (ExponentialLR, LinearLR and
+            CosineAnnealingLR keep the group's lr at that step, as torch's do). :meth:`load_state_dict`
+            resumes without these quirks.
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ()
@@ -167,7 +169,7 @@ class LRScheduler:
         """The schedule's position and hyperparameters as plain Python values (JSON-serialisable)."""
         state: dict[str, Any] = {"type": type(self).__name__, "last_epoch": self.last_epoch,
                                  "step_count": self._step_count, "base_lrs": list(self.base_lrs),
-                                 "last_lr": list(self._last_lr)}
+                                 "last_lr": [float(lr) for lr in self._last_lr]}
         for name in self._state_attrs:
             state[name] = plain(getattr(self, name))
         return state

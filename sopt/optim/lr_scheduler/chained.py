@@ -29,8 +29,9 @@ class ChainedScheduler(LRScheduler):
 
         lr_t = base_lr * prod_k f_k(t)      where schedulers[k] alone gives base_lr * f_k(t)
 
-    (CosineAnnealingLR chains this way only with ``eta_min = 0``.) A closed-form scheduler (OneCycleLR,
-    WarmupCosineLR) overwrites what the schedulers before it wrote, as in torch.
+    (CosineAnnealingLR chains this way only with ``eta_min = 0`` and up to ``T_max``: past it torch's recursion
+    adds a ``base_lr`` term.) A closed-form scheduler (OneCycleLR, WarmupCosineLR) overwrites what the
+    schedulers before it wrote, as in torch.
 
     Args:
         schedulers: the schedulers, all on one optimiser, constructed before this; not ReduceLROnPlateau.
@@ -63,7 +64,7 @@ class ChainedScheduler(LRScheduler):
     def state_dict(self) -> dict[str, Any]:
         """Every scheduler's state_dict under ``"schedulers"``, and the lrs last written."""
         return {"type": type(self).__name__, "step_count": self._step_count, "base_lrs": list(self.base_lrs),
-                "last_lr": list(self._last_lr), "schedulers": [s.state_dict() for s in self._schedulers]}
+                "last_lr": [float(lr) for lr in self._last_lr], "schedulers": [s.state_dict() for s in self._schedulers]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore every scheduler; the saved lrs end up in the param groups."""

@@ -120,7 +120,8 @@ class ReduceLROnPlateau(LRScheduler):
 
     def state_dict(self) -> dict[str, Any]:
         state = {"type": type(self).__name__, "last_epoch": self.last_epoch, "step_count": self._step_count,
-                 "base_lrs": list(self.base_lrs), "last_lr": list(self._last_lr)}
+                 "base_lrs": [float(lr) for lr in self.base_lrs],
+                 "last_lr": [float(lr) for lr in self._last_lr]}
         state.update({name: getattr(self, name) for name in self._SAVED})
         state["min_lrs"] = list(self.min_lrs)
         # Strict JSON has no infinity: the initial best (+-inf) is saved as None.

@@ -79,7 +79,7 @@ class SequentialLR(LRScheduler):
         """Own position and milestones, and every scheduler's state_dict under ``"schedulers"``."""
         return {"type": type(self).__name__, "last_epoch": self.last_epoch, "step_count": self._step_count,
                 "milestones": list(self._milestones), "base_lrs": list(self.base_lrs),
-                "last_lr": list(self._last_lr), "schedulers": [s.state_dict() for s in self._schedulers]}
+                "last_lr": [float(lr) for lr in self._last_lr], "schedulers": [s.state_dict() for s in self._schedulers]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore every scheduler, then this one's position; the saved lrs end up in the param groups."""
