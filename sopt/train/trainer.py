@@ -20,6 +20,7 @@ for the GPU: it reads the loss, stops on a non-finite one, and runs the callback
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import time
 from typing import Any, Iterable
@@ -65,6 +66,30 @@ def _require(obj: Any, name: str, methods: Iterable[str], what: str) -> None:
         raise ValueError(f"{name} must be {what}; {type(obj).__name__} has no callable {', '.join(missing)}")
 
 
+def _step_takes_metric(scheduler: Any) -> bool:
+    """Whether ``scheduler.step`` needs an argument (a metric, as ReduceLROnPlateau's does)."""
+    try:
+        params = inspect.signature(scheduler.step).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+class _MetricScheduler(Callback):
+    """Steps a scheduler that needs a metric, after evaluation and early stopping, before checkpoints (so a
+    checkpoint holds the scheduler state of its step)."""
+
+    order = 65
+
+    def __init__(self, scheduler: Any, metric: str) -> None:
+        super().__init__(None)
+        self.scheduler, self.metric = scheduler, metric
+
+    def on_metrics(self, trainer: "Trainer", metrics: dict[str, Any]) -> None:
+        if metrics.get(self.metric) is not None:
+            self.scheduler.step(metrics[self.metric])
+
+
 def _check_batch_tensor(value: Any, name: str) -> spy.Tensor:
     if not isinstance(value, spy.Tensor):
         raise ValueError(f"the sampler's batch {name} must be a slangpy.Tensor of float32, got {type(value).__name__}")
@@ -81,7 +106,10 @@ class Trainer:
         loss_fn: ``loss_fn(y, target, encoder) -> value``; writes dLoss/dy into ``y.grad``; ``value.item()``.
         optimizer: a :class:`sopt.optim.Optimizer` (``step(encoder)``, zeroing gradients as it steps).
         sampler: ``sample(step, encoder) -> (inputs, targets)``, float32 tensors; e.g. a BatchSampler.
-        scheduler: optional learning-rate scheduler, ``step()`` called after every optimiser step.
+        scheduler: optional learning-rate scheduler, ``step()`` called after every optimiser step; one whose
+            ``step`` takes a metric (ReduceLROnPlateau) is stepped on metrics steps with
+            ``metrics[scheduler_metric]`` instead (its patience then counts metrics steps).
+        scheduler_metric: the metric given to such a scheduler ("loss", or an Evaluate metric).
         callbacks: :class:`~sopt.train.Callback` instances (Evaluate, JSONLLogger, EarlyStopping, Checkpoint).
         log_every: steps between loss reads (each read waits for the GPU); also the progress-bar update rate.
         progress: show a tqdm bar with the loss, the evaluation metrics and steps/s.
@@ -91,7 +119,8 @@ class Trainer:
     """
 
     def __init__(self, model: Any, loss_fn: Any, optimizer: Any, sampler: Any, *, scheduler: Any = None,
-                 callbacks: Iterable[Callback] = (), log_every: int = 100, progress: bool = True) -> None:
+                 scheduler_metric: str = "loss", callbacks: Iterable[Callback] = (), log_every: int = 100,
+                 progress: bool = True) -> None:
         _require(model, "model", ("forward", "backward", "parameters"),
                  "a Module: forward(x, encoder) -> y, backward(x, y, encoder), parameters()")
         if not callable(loss_fn):
@@ -106,6 +135,9 @@ class Trainer:
                 raise ValueError(f"callbacks[{i}] must be a sopt.train.Callback, got {type(cb).__name__}")
         self.model, self.loss_fn, self.optimizer, self.sampler = model, loss_fn, optimizer, sampler
         self.scheduler = scheduler
+        self._scheduler_on_metrics = scheduler is not None and _step_takes_metric(scheduler)
+        if self._scheduler_on_metrics:
+            callbacks.append(_MetricScheduler(scheduler, str(scheduler_metric)))
         self.callbacks = sorted(callbacks, key=lambda cb: cb.order)  # stable: ties keep the given order
         self.log_every = check_int(log_every, "log_every", low=1)
         self.progress = bool(progress)
@@ -137,7 +169,7 @@ class Trainer:
         self.model.backward(inputs, pred, encoder)
         self.optimizer.step(encoder)
         dev.submit(encoder)
-        if self.scheduler is not None:
+        if self.scheduler is not None and not self._scheduler_on_metrics:
             self.scheduler.step()
         self.step += 1
         return loss

@@ -12,6 +12,7 @@ import slangpy as spy
 import sopt
 from sopt import device as dev
 from sopt.data import generated_image, pixel_coordinates, psnr
+from sopt.optim.lr_scheduler import ReduceLROnPlateau
 from sopt.train import Batch, BatchSampler, Checkpoint, Trainer
 from tests.train.toy import HostLossValue, HostMSE, PixelTable
 
@@ -148,3 +149,20 @@ def test_pixel_table_fit_reaches_high_psnr() -> None:
     opt = sopt.optim.Adam(model.parameters(), lr=0.05)
     Trainer(model, HostMSE(), opt, BatchSampler(x, y, 256, seed=0), log_every=100, progress=False).fit(200)
     assert psnr(model.table.numpy(), y) > 35.0
+
+
+def test_metric_scheduler_is_stepped_on_metrics_steps_before_checkpoints(tmp_path) -> None:
+    x, y = _image_data()
+    model = PixelTable(SIZE, SIZE)
+    opt = sopt.optim.Adam(model.parameters(), lr=0.05)
+    plateau = ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=10.0)
+    ckpt = tmp_path / "ckpt.npz"
+    trainer = Trainer(model, HostMSE(), opt, BatchSampler(x, y, 32, seed=0), scheduler=plateau,
+                      callbacks=[Checkpoint(ckpt, every=8)], log_every=4, progress=False)
+    result = trainer.fit(8)
+    # threshold=10 (relative): no read counts as an improvement after the first, so each later one halves lr
+    assert [m["lr"] for m in result.history] == [0.05, 0.025]
+    assert opt.param_groups[0]["lr"] == 0.0125
+    fresh = ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=10.0)
+    sopt.load(ckpt, parameters=model, optimizer=opt, scheduler=fresh)
+    assert fresh.state_dict() == plateau.state_dict()
