@@ -92,8 +92,8 @@ class Parameter:
         self._grads.copy_from_numpy(as_float32_array(array, f"{self.name} grad", self._shape, allow_nonfinite=True))
 
     def zero_grad(self) -> None:
-        """Set the gradient to zero."""
-        self._grads.clear()
+        """Set the gradient to zero (an upload: Tensor.clear() on a view would clear its whole buffer)."""
+        self._grads.copy_from_numpy(np.zeros(self._shape, np.float32))
 
 
 def parameters_of(obj: Any) -> list[Parameter]:

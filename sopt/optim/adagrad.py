@@ -40,6 +40,5 @@ class Adagrad(Optimizer):
     def state_fill(self, name: str, group: dict[str, Any]) -> float:
         return float(group["initial_accumulator_value"])
 
-    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
-        return {"lr": float(group["lr"]), "lr_decay": float(group["lr_decay"]), "eps": float(group["eps"]),
-                "weight_decay": float(group["weight_decay"]), "maximize": int(bool(group["maximize"]))}
+    def group_hyper(self, group: dict[str, Any]) -> list[float]:
+        return [group["lr"], group["lr_decay"], group["eps"], group["weight_decay"], group["maximize"]]

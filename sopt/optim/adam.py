@@ -42,11 +42,7 @@ class Adam(Optimizer):
             needed.add("max_exp_avg_sq")
         return needed
 
-    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
+    def group_hyper(self, group: dict[str, Any]) -> list[float]:
         beta1, beta2 = group["betas"]
-        return {"lr": float(group["lr"]), "beta1": beta1, "beta2": beta2,
-                "one_minus_beta1": 1.0 - beta1, "one_minus_beta2": 1.0 - beta2,
-                "log_beta1": log_beta(beta1), "log_beta2": log_beta(beta2),
-                "eps": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
-                "decoupled": int(self.decoupled_weight_decay), "amsgrad": int(bool(group["amsgrad"])),
-                "maximize": int(bool(group["maximize"]))}
+        return [group["lr"], beta1, beta2, 1.0 - beta1, 1.0 - beta2, log_beta(beta1), log_beta(beta2), group["eps"],
+                group["weight_decay"], self.decoupled_weight_decay, group["amsgrad"], group["maximize"]]

@@ -34,17 +34,16 @@ from sopt.validation import check_float
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
 MAX_GROUPS = 16        # parameter groups one dispatch handles
 STATS_GROUPS = 1024    # most thread groups of the statistics pass
-_CTL_WORDS = 8
+GROUP_WORDS = 16       # words per group record in the control buffer: end vector + 15 hyperparameters
+# control-buffer word offsets (see optimizer.slang)
 _CTL_SKIPPED = 3
-
-
-def _ctl_buffer(device: spy.Device, words: int) -> spy.Buffer:
-    return device.create_buffer(size=4 * words, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
-                                data=np.zeros(words, np.uint32))
+_CTL_LAYOUT = 8
+_CTL_GROUPS = 16
+_CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 2 * STATS_GROUPS
 
 
 class Optimizer:
-    """Base class. Subclasses name their kernel and state, and turn a param group into kernel uniforms.
+    """Base class. Subclasses name their kernel, state and hyperparameter order.
 
     Args:
         params: an iterable of Parameters, an object with ``parameters()``, or a list of dicts
@@ -59,7 +58,7 @@ class Optimizer:
 
     kernel_module: ClassVar[str]
     kernel_entry: ClassVar[str]
-    state_names: ClassVar[tuple[str, ...]]
+    state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
     def __init__(self, params: Any, defaults: dict[str, Any], *, max_grad_norm: float | None = None,
                  skip_nonfinite: bool = True, poll_every: int = 64) -> None:
@@ -72,17 +71,19 @@ class Optimizer:
         self.max_grad_norm = max_grad_norm
         self.skip_nonfinite = bool(skip_nonfinite)
         self.poll_every = int(poll_every)
-        self.arena = ParameterArena([g["params"] for g in self.param_groups])
+        self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
+        needed = [n for n in self.state_names if n in self.required_states()]
+        self.arena = ParameterArena([g["params"] for g in self.param_groups], [])
+        for name in needed:
+            self._add_state(name)
         device = dev.get_device()
-        self._ctl = _ctl_buffer(device, _CTL_WORDS)
-        self._partials = _ctl_buffer(device, 2 * STATS_GROUPS)
-        self._dummy = _ctl_buffer(device, 4)
-        self._states: dict[str, spy.Tensor] = {}
+        self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
+                                         usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
+        self._layout_key: tuple | None = None
         self._attempts = 0
         self._skipped_seen = 0
         self._update = dev.load_kernel(self.kernel_module, self.kernel_entry)
         self._stats = dev.load_kernel("optim/optimizer", "grad_stats")
-        self._allocate_states()
 
     # -- parameter groups ------------------------------------------------------------------------------------
     @staticmethod
@@ -102,7 +103,7 @@ class Optimizer:
         return [{"params": parameters_of(items)}]
 
     def add_param_group_config(self, group: dict[str, Any]) -> None:
-        unknown = set(group) - set(self.defaults) - {"params"}
+        unknown = set(group) - set(self.defaults) - {"params", "initial_lr"}
         if unknown:
             raise ValueError(f"param group has unknown option(s) {sorted(unknown)}; allowed: {sorted(self.defaults)}")
         full = {**self.defaults, **group}
@@ -119,59 +120,78 @@ class Optimizer:
 
     # -- subclass interface -------------------------------------------------------------------------------------
     def required_states(self) -> set[str]:
-        """Names of the state buffers the current hyperparameters need."""
+        """Names of the state slots the current hyperparameters need."""
         return set(self.state_names)
 
     def state_fill(self, name: str, group: dict[str, Any]) -> float:
         """Initial value of state ``name`` for parameters of ``group``."""
         return 0.0
 
-    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
-        """The kernel's per-group struct for ``group``."""
+    def group_hyper(self, group: dict[str, Any]) -> list[float]:
+        """The group's hyperparameters in the order the kernel's ``load_*_group`` reads them (<= 15)."""
         raise NotImplementedError
 
-    # -- state buffers ----------------------------------------------------------------------------------------
-    def _allocate_states(self) -> None:
-        for name in self.required_states():
-            if name not in self._states:
-                per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)
-                             for g in self.param_groups for p in g["params"]]
-                self._states[name] = spy.Tensor.from_numpy(dev.get_device(), self.arena.join(per_param))
+    # -- state slots and the control buffer ------------------------------------------------------------------------
+    def _add_state(self, name: str) -> None:
+        per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)
+                     for g in self.param_groups for p in g["params"]]
+        self._slots[name] = self.arena.add_slot(self.arena.join(per_param))
 
-    def _state_buffer(self, name: str) -> spy.Buffer:
-        state = self._states.get(name)
-        return state.storage if state is not None else self._dummy
+    def _state_tensor(self, name: str) -> spy.Tensor:
+        return self.arena.slot(self._slots[name])
 
-    # -- the step ---------------------------------------------------------------------------------------------
     @property
     def uses_stats_pass(self) -> bool:
         return self.skip_nonfinite or self.max_grad_norm is not None
 
+    def _n_stat_groups(self) -> int:
+        return min(STATS_GROUPS, -(-self.arena.n_vec // THREADS))
+
+    def _layout_words(self) -> tuple[tuple, np.ndarray | None]:
+        """Words [8, 16 + 16 * MAX_GROUPS) of the control buffer, and a key that changes when they do."""
+        hypers = tuple(tuple(float(x) for x in self.group_hyper(g)) for g in self.param_groups)
+        key = (hypers, self.uses_stats_pass, self.max_grad_norm, tuple(sorted(self._slots.items())),
+               self.arena.n_vec)
+        if key == self._layout_key:
+            return key, None
+        n_vec = self.arena.n_vec
+        words = np.zeros(_CTL_GROUPS - _CTL_LAYOUT + GROUP_WORDS * MAX_GROUPS, np.uint32)
+        words[0:4] = [n_vec, len(self.param_groups), int(self.uses_stats_pass), self._n_stat_groups()]
+        words[4] = np.float32(self.max_grad_norm or 0.0).view(np.uint32)
+        for logical, name in enumerate(self.state_names):
+            if name in self._slots:
+                words[5 + logical] = (2 + self._slots[name]) * n_vec
+        table = words[_CTL_GROUPS - _CTL_LAYOUT:].reshape(MAX_GROUPS, GROUP_WORDS)
+        for k, (end, h) in enumerate(zip(self.arena.group_end_vec, hypers)):
+            if len(h) > GROUP_WORDS - 1:
+                raise ValueError(f"{type(self).__name__} has {len(h)} hyperparameters; at most {GROUP_WORDS - 1}")
+            table[k, 0] = end
+            table[k, 1:1 + len(h)] = np.asarray(h, np.float32).view(np.uint32)
+        return key, words
+
+    # -- the step ---------------------------------------------------------------------------------------------
     def step(self, encoder: spy.CommandEncoder | None = None) -> None:
         """One update of every parameter; gradients are zero afterwards.
 
         With ``encoder`` the dispatches are recorded into it (the caller submits); otherwise they are
         submitted now. The host does not wait for the GPU.
         """
-        self._allocate_states()
-        self._attempts += 1
-        arena = self.arena
+        for name in self.state_names:
+            if name not in self._slots and name in self.required_states():
+                self._add_state(name)
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
+        key, words = self._layout_words()
+        if words is not None:
+            # recorded in the command stream, so steps still in flight keep the values they were given
+            encoder.upload_buffer_data(self._ctl, 4 * _CTL_LAYOUT, words)
+            self._layout_key = key
+        self._attempts += 1
+        buffer = self.arena.buffer
         if self.uses_stats_pass:
-            n_stat_groups = min(STATS_GROUPS, -(-arena.n_vec // THREADS))
-            dev.dispatch(self._stats, n_stat_groups * THREADS, encoder, stats_grads=arena.grads.storage,
-                         stats_partials=self._partials, stats_ctl=self._ctl, stats_n_vec=arena.n_vec,
-                         stats_n_groups=n_stat_groups, stats_max_norm=float(self.max_grad_norm or 0.0))
-        ends = arena.group_end_vec + [arena.n_vec] * (MAX_GROUPS - len(arena.group_end_vec))
-        args = {"n_vec": arena.n_vec, "n_groups": len(self.param_groups), "group_end": ends,
-                "attempts": self._attempts, "use_stats": int(self.uses_stats_pass)}
-        groups = [self.group_uniforms(g) for g in self.param_groups]
-        rule = {name: self._state_buffer(name) for name in self.state_names}
-        rule["groups"] = groups + [groups[0]] * (MAX_GROUPS - len(groups))
-        dev.dispatch(self._update, arena.n_vec, encoder, values=arena.values.storage, grads=arena.grads.storage,
-                     ctl=self._ctl, args=args, rule=rule)
+            dev.dispatch(self._stats, self._n_stat_groups() * THREADS, encoder, arena=buffer, ctl=self._ctl)
+        dev.dispatch(self._update, self.arena.n_vec, encoder, arena=buffer, ctl=self._ctl, attempts=self._attempts)
         if own:
             dev.submit(encoder)
         if self.uses_stats_pass and self.poll_every > 0 and self._attempts % self.poll_every == 0:
@@ -179,7 +199,9 @@ class Optimizer:
 
     def zero_grad(self) -> None:
         """Set every gradient to zero (``step()`` already does this as it consumes them)."""
-        self.arena.zero_grad()
+        n_vec = self.arena.n_vec
+        dev.dispatch(dev.load_kernel("optim/optimizer", "fill"), n_vec, None, arena=self.arena.buffer, ctl=self._ctl,
+                     fill_first=n_vec, fill_count=n_vec, fill_value=0.0)
 
     # -- skipped steps -----------------------------------------------------------------------------------------
     def _read_ctl(self) -> np.ndarray:
@@ -210,7 +232,7 @@ class Optimizer:
         """torch-style state: per-parameter state arrays (by index), param groups with indices, step counts."""
         skipped = self.poll_skipped()
         step = self._attempts - skipped
-        flats = {name: t.to_numpy().ravel() for name, t in self._states.items()}
+        flats = {name: self._state_tensor(name).to_numpy().ravel() for name in self._slots}
         per_param = {name: self.arena.split(flat) for name, flat in flats.items()}
         state = {i: {"step": step, **{name: arrays[i] for name, arrays in per_param.items()}}
                  for i in range(len(self.arena.params))}
@@ -245,10 +267,15 @@ class Optimizer:
                     mine[key] = value
             self.check_group(mine)
         names = {name for s in state.values() for name in s if name != "step"}
+        unknown = names - set(self.state_names)
+        if unknown:
+            raise ValueError(f"state_dict has state(s) {sorted(unknown)}; {type(self).__name__} keeps {self.state_names}")
+        for name in self.state_names:
+            if name not in self._slots and (name in names or name in self.required_states()):
+                self._add_state(name)
         for name in names:
             arrays = [state[i][name] if name in state.get(i, {}) else np.zeros(p.shape) for i, p in enumerate(params)]
-            self._states[name] = spy.Tensor.from_numpy(dev.get_device(), self.arena.join(arrays))
-        self._allocate_states()
+            self._state_tensor(name).copy_from_numpy(self.arena.join(arrays))
         self.max_grad_norm = state_dict.get("max_grad_norm", self.max_grad_norm)
         self.skip_nonfinite = bool(state_dict.get("skip_nonfinite", self.skip_nonfinite))
         skipped = int(state_dict.get("skipped_steps", 0))
@@ -256,6 +283,7 @@ class Optimizer:
         ctl = np.zeros(_CTL_WORDS, np.uint32)
         ctl[_CTL_SKIPPED] = skipped
         self._ctl.copy_from_numpy(ctl)
+        self._layout_key = None
         self._skipped_seen = skipped
 
     def __repr__(self) -> str:

@@ -47,8 +47,6 @@ class RMSprop(Optimizer):
             needed.add("grad_avg")
         return needed
 
-    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
-        return {"lr": float(group["lr"]), "alpha": float(group["alpha"]), "one_minus_alpha": 1.0 - group["alpha"],
-                "eps": float(group["eps"]), "weight_decay": float(group["weight_decay"]),
-                "momentum": float(group["momentum"]), "centered": int(bool(group["centered"])),
-                "maximize": int(bool(group["maximize"]))}
+    def group_hyper(self, group: dict[str, Any]) -> list[float]:
+        return [group["lr"], group["alpha"], 1.0 - group["alpha"], group["eps"], group["weight_decay"],
+                group["momentum"], group["centered"], group["maximize"]]

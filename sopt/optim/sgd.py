@@ -42,7 +42,6 @@ class SGD(Optimizer):
     def required_states(self) -> set[str]:
         return {"momentum_buffer"} if any(g["momentum"] != 0 for g in self.param_groups) else set()
 
-    def group_uniforms(self, group: dict[str, Any]) -> dict[str, Any]:
-        return {"lr": float(group["lr"]), "momentum": float(group["momentum"]),
-                "dampening": float(group["dampening"]), "weight_decay": float(group["weight_decay"]),
-                "nesterov": int(bool(group["nesterov"])), "maximize": int(bool(group["maximize"]))}
+    def group_hyper(self, group: dict[str, Any]) -> list[float]:
+        return [group["lr"], group["momentum"], group["dampening"], group["weight_decay"], group["nesterov"],
+                group["maximize"]]

@@ -169,3 +169,31 @@ def test_parameter_in_two_optimisers_is_rejected():
     SGD(params, lr=0.1)
     with pytest.raises(ValueError, match="already belongs to another optimiser"):
         Adam(params)
+
+
+def test_zero_grad_clears_only_gradients():
+    params = _params(3, seed=12)
+    opt = RMSprop(params, lr=0.01, centered=True)
+    _set_random_grads(params, 13)
+    values = [p.numpy() for p in params]
+    params[1].zero_grad()  # one parameter's view: the others keep theirs
+    assert not params[1].grad_numpy().any() and params[0].grad_numpy().any() and params[2].grad_numpy().any()
+    opt.zero_grad()
+    for p, v in zip(params, values):
+        assert not p.grad_numpy().any()
+        assert np.array_equal(p.numpy(), v)
+
+
+def test_state_needed_later_is_allocated_when_hyperparameters_change():
+    init, = [np.random.default_rng(14).standard_normal(9).astype(np.float32)]
+    p = sopt.Parameter(init)
+    opt = SGD([p], lr=0.1)
+    assert opt.arena.n_slots == 0
+    p.set_grad(np.ones(9))
+    opt.step()
+    opt.param_groups[0]["momentum"] = 0.5
+    p.set_grad(np.ones(9))
+    opt.step()
+    assert opt.arena.n_slots == 1
+    # second step: fresh buffer (zeros, since t > 1) -> buf = 0.5 * 0 + 1 * g
+    np.testing.assert_allclose(p.numpy(), init - 0.1 - 0.1, rtol=1e-6)
