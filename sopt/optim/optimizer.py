@@ -145,7 +145,8 @@ class Optimizer:
         return self.skip_nonfinite or self.max_grad_norm is not None
 
     def _n_stat_groups(self) -> int:
-        return min(STATS_GROUPS, -(-self.arena.n_vec // THREADS))
+        # about four float4 vectors per thread before the grid-stride loop repeats
+        return max(1, min(STATS_GROUPS, -(-self.arena.n_vec // (4 * THREADS))))
 
     def _layout_words(self) -> tuple[tuple, np.ndarray | None]:
         """Words [8, 16 + 16 * MAX_GROUPS) of the control buffer, and a key that changes when they do."""
