@@ -4,39 +4,53 @@ What is measured
 ----------------
 For each optimiser (SGD with momentum 0.9, Adam, AdamW; lr 1e-3, torch's defaults otherwise) and each problem
 size (one tensor of 1M / 16M / 64M float32 parameters, 1M = 2**20, and a "mixed" model of 100 tensors whose
-sizes are log-uniform in [1K, 1M], fixed seed), three variants are timed in the same process:
+sizes are log-uniform in [1K, 1M], fixed seed), four variants are timed in the same process:
 
 * ``sopt``       -- ``sopt.optim.<Opt>(params, ...)`` with its defaults: ``skip_nonfinite=True`` adds a
   gradient-statistics pass (non-finite detection) before the update kernel;
 * ``sopt nochk`` -- the same with ``skip_nonfinite=False``: one update dispatch per step, the semantics of
   torch's fused kernels (which check nothing);
-* ``torch``      -- ``torch.optim.<Opt>(params, ..., fused=True)``, params and grads float32 on CUDA.
+* ``torch``      -- ``torch.optim.<Opt>(params, ..., fused=True)``, params and grads float32 on CUDA;
+* ``torch+zero`` -- the same, each step being ``opt.step()`` then ``opt.zero_grad(set_to_none=False)`` (with
+  ``fused=True`` torch zeroes the gradients in one ``torch._foreach_zero_``), separate tensors and optimiser.
 
 sopt gets one optimiser over all the model's Parameters (one flat arena); torch gets the same number of
 tensors (1 or 100) with the same sizes. All variants take the same number of steps.
+
+Two comparisons. sopt's step reads p, g and the state and writes p, the state and zero into every gradient
+(zero-on-step: the next backward pass accumulates into zero gradients); torch's fused step leaves the gradients
+in place.
+
+* Bare step (``speedup`` = torch time / sopt time): sopt's step against torch's ``opt.step()`` alone. torch does
+  less work here: it does not clear the gradients, which sopt's step does (4 bytes per parameter more).
+* Same end state (``speedup vs same end state`` = torch+zero time / sopt time): sopt's step against torch's
+  ``opt.step()`` + ``opt.zero_grad(set_to_none=False)``, after which both have updated parameters and zero
+  gradients ready to accumulate into. With torch's default ``zero_grad()`` (``set_to_none=True``) the gradients
+  are freed instead and the next backward allocates and writes fresh ones, a cost outside this benchmark.
 
 Timing. Every variant first takes ``--warmup`` steps (shader compilation, lazy state allocation), then
 ``--rounds`` rounds of N back-to-back ``step()`` calls followed by one device synchronisation, timed with
 ``time.perf_counter`` on the host; a round's time / N is one sample and the table shows the median over
 rounds. N is the same for every variant of a row: at least ``--steps`` and enough for the fastest variant's
-round to last ``--min-time`` seconds. Rounds of the variants are interleaved (sopt, sopt nochk, torch, sopt,
-...) so that clock or thermal drift affects them alike. Separately, ``--gpu-steps`` steps are timed on the GPU
-alone, one sample per step: SlangPy timestamp queries written before and after each ``opt.step(encoder)``
-(slang-rhi's CUDA backend reports them in whole microseconds), CUDA events around each torch ``step()``;
-the table shows the median per step.
+round to last ``--min-time`` seconds. Rounds of the variants are interleaved (sopt, sopt nochk, torch,
+torch+zero, sopt, ...) so that clock or thermal drift affects them alike. Separately, ``--gpu-steps`` steps are
+timed on the GPU alone, one sample per step: SlangPy timestamp queries written before and after each
+``opt.step(encoder)`` (slang-rhi's CUDA backend reports them in whole microseconds), CUDA events around each
+torch ``step()`` (torch+zero: around ``step()`` + ``zero_grad()``); the tables show the median per step.
 
 Bytes counted per parameter element per step (float32, 4 bytes each; s = state tensors per parameter,
 1 for SGD with momentum, 2 for Adam/AdamW):
 
 * torch fused:  reads p, g and the states, writes p and the states       = 4 * (2 + s) + 4 * (1 + s)
-  (gradients are left in place; a ``zero_grad`` after the step is not part of the step and not counted);
-* sopt nochk:   the same, plus writing zero into each gradient (sopt's step consumes its gradients)
-                                                                          = 4 * (2 + s) + 4 * (2 + s)
+  (gradients are left in place);
+* torch+zero:   torch fused plus the memset writing zero into each gradient          = torch fused + 4;
+* sopt nochk:   the same traffic as torch+zero in one kernel: reads p, g and the states, writes p, the states
+  and zero into each gradient (sopt's step consumes its gradients)       = 4 * (2 + s) + 4 * (2 + s)
 * sopt default: sopt nochk plus the statistics pass reading every gradient once more  = sopt nochk + 4.
 
-So SGD(momentum): torch 20, sopt nochk 24, sopt 28 B/element; Adam/AdamW: torch 28, sopt nochk 32, sopt 36.
-Each framework's effective bandwidth is its own byte count / its step time (host-clock median), so it
-credits sopt for the extra gradient traffic it does; the speed-up column compares times only. The bytes
+So SGD(momentum): torch 20, torch+zero 24, sopt nochk 24, sopt 28 B/element; Adam/AdamW: torch 28, torch+zero
+32, sopt nochk 32, sopt 36. Each variant's effective bandwidth is its own byte count / its step time (host-clock
+median), so it credits sopt for the extra gradient traffic it does; the speed-ups compare times only. The bytes
 use the model's real parameter count (sopt's arena pads each tensor to a multiple of 4 elements; that padding,
 at most 3 elements per tensor, is not counted).
 
@@ -48,11 +62,18 @@ Gradients are filled with random finite non-zero values before timing, and re-fi
 not timed) before each round. sopt's step zeroes every gradient it consumes, so within a round the later sopt
 steps see zero gradients: that does not change the work -- the kernels read and write every byte whatever the
 values, and zero gradients are finite, so no step is skipped (checked: ``skipped_steps`` must stay 0).
-torch's fused step leaves its gradients untouched, so it sees the same random gradients on every step.
+Likewise torch+zero's ``zero_grad`` zeroes its gradients, so its later steps in a round see zero gradients; that
+does not change its timing either, as torch's fused kernels do not branch on the values. torch's fused step
+alone leaves its gradients untouched, so it sees the same random gradients on every step.
 
-GPU memory: all three variants of a row are alive together (their rounds interleave); at 64M Adam that is
-2 x 1.25 GiB for sopt (p, g, m, v and a device copy of the random gradients) + 1 GiB for torch (p, g, m, v),
-everything freed before the next row; the copy measurement (2 x 1 GiB per framework) runs and frees first.
+GPU memory: all four variants of a row are alive together (their rounds interleave); at 64M Adam that is
+2 x 1.25 GiB for sopt (p, g, m, v and a device copy of the random gradients) + 1 GiB for torch (p, g, m, v)
++ 1.25 GiB for torch+zero (the same and a copy of the random gradients), everything freed before the next row;
+the copy measurement (2 x 1 GiB per framework) runs and frees first.
+
+Output: three tables (step times in us, host clock and GPU only; bandwidths and % of copy; the two
+speed-ups), and with ``--json`` everything per row (``speedup_vs_torch`` = bare step, ``speedup_vs_torch_zero``
+= same end state) and the comparisons' descriptions in ``meta.comparisons``.
 
 Runs without torch (torch columns "n/a") and on any SlangPy device sopt supports (``SOPT_DEVICE=cuda|vulkan``);
 ``--quick`` uses tiny sizes and few steps for a smoke test, e.g. on Mesa's lavapipe.
@@ -187,7 +208,8 @@ def bytes_per_element(n_states: int) -> dict[str, int]:
     """Bytes each variant moves per parameter element per step (see the module docstring)."""
     torch_bytes = BYTES_PER_FLOAT * ((2 + n_states) + (1 + n_states))
     nochk = BYTES_PER_FLOAT * ((2 + n_states) + (2 + n_states))
-    return {"sopt": nochk + BYTES_PER_FLOAT, "sopt_nochk": nochk, "torch": torch_bytes}
+    return {"sopt": nochk + BYTES_PER_FLOAT, "sopt_nochk": nochk, "torch": torch_bytes,
+            "torch_zero": torch_bytes + BYTES_PER_FLOAT}
 
 
 # -- timing helpers --------------------------------------------------------------------------------------------
@@ -291,9 +313,12 @@ class SoptVariant(Variant):
 
 
 class TorchVariant(Variant):
-    name = "torch"
+    """``torch.optim.<Opt>(..., fused=True)``; with ``zero_grad`` each step is ``opt.step()`` followed by
+    ``opt.zero_grad(set_to_none=False)`` (the "torch+zero" variant: sopt's end state, gradients zero)."""
 
-    def __init__(self, spec: OptimizerSpec, model: SizeSpec, device: str, seed: int) -> None:
+    def __init__(self, spec: OptimizerSpec, model: SizeSpec, device: str, seed: int, zero_grad: bool = False) -> None:
+        self.name = "torch_zero" if zero_grad else "torch"
+        self.zero_grad = zero_grad
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         gen = torch.Generator(device=self.device)
@@ -301,9 +326,15 @@ class TorchVariant(Variant):
         self.params = []
         for n in model.sizes:
             p = torch.randn(n, device=self.device, dtype=torch.float32, generator=gen).requires_grad_(True)
-            # random finite non-zero gradients; torch's step does not modify them
+            # random finite non-zero gradients; torch's step does not modify them (zero_grad does: see refill)
             p.grad = torch.randn(n, device=self.device, dtype=torch.float32, generator=gen) + 0.1
             self.params.append(p)
+        # torch+zero: a device copy of the random gradients, put back before each round (not timed).
+        # zero_grad(set_to_none=False) zeroes the gradients, so from the second step of a round on, torch+zero's
+        # step sees zero gradients. That does not change its timing: torch's fused kernels do the same loads,
+        # arithmetic and stores whatever the values (no value-dependent branches; no grad scaler / found_inf
+        # here), and the memset writes every byte regardless. Same situation as sopt's zero-on-step.
+        self.grad_src = [p.grad.clone() for p in self.params] if zero_grad else []
         cls = getattr(torch.optim, spec.torch_name)
         self.opt = cls(self.params, **spec.kwargs, fused=True)
         self.model = model
@@ -314,10 +345,16 @@ class TorchVariant(Variant):
         # per-element state tensors (momentum_buffer / exp_avg, exp_avg_sq); the scalar `step` is not one
         p = self.params[0]
         self.n_states = sum(1 for v in self.opt.state[p].values() if torch.is_tensor(v) and v.shape == p.shape)
-        self.bytes_per_step = bytes_per_element(self.n_states)["torch"] * self.model.n_params
+        self.bytes_per_step = bytes_per_element(self.n_states)[self.name] * self.model.n_params
+
+    def _step(self) -> None:
+        self.opt.step()
+        if self.zero_grad:
+            # with fused=True torch zeroes all gradients of a device/dtype in one torch._foreach_zero_ call
+            self.opt.zero_grad(set_to_none=False)
 
     def step(self) -> None:
-        self.opt.step()
+        self._step()
         if self.n_states is None:
             self._count_states()
 
@@ -325,13 +362,19 @@ class TorchVariant(Variant):
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
+    def refill(self) -> None:
+        if self.zero_grad:
+            with torch.no_grad():
+                for p, src in zip(self.params, self.grad_src):
+                    p.grad.copy_(src)
+
     def gpu_step_times(self, n: int) -> list[float] | None:
         if not self.cuda or n <= 0:
             return None
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
         for start, end in events:
             start.record()
-            self.opt.step()
+            self._step()
             end.record()
         self.sync()
         return [start.elapsed_time(end) * 1e-3 for start, end in events]
@@ -341,7 +384,7 @@ class TorchVariant(Variant):
 
     def close(self) -> None:
         self.sync()
-        del self.opt, self.params
+        del self.opt, self.params, self.grad_src
         gc.collect()
         if self.cuda:
             torch.cuda.empty_cache()
@@ -460,6 +503,24 @@ def git_commit() -> str | None:
 
 
 # -- the run -------------------------------------------------------------------------------------------------
+VARIANT_NAMES = ("sopt", "sopt_nochk", "torch", "torch_zero")
+VARIANT_LABELS = {"sopt": "sopt", "sopt_nochk": "nochk", "torch": "torch", "torch_zero": "torch+zero"}
+
+# The two comparisons, two sentences each: in the header lines and the JSON's meta (see also the docstring).
+COMPARISONS = {
+    "bare_step": (
+        "bare step: sopt's step vs torch's opt.step() alone (speedup = torch us / sopt us). "
+        "torch does less work here: its step leaves the gradients in place, while sopt's step also writes zero "
+        "into every gradient (4 bytes/parameter more)."),
+    "same_end_state": (
+        "same end state: sopt's step vs torch's opt.step() + opt.zero_grad(set_to_none=False), a memset of the "
+        "gradients (speedup vs same end state = torch+zero us / sopt us); both end with the parameters updated "
+        "and the gradients zero, ready for the next backward to accumulate into. "
+        "With torch's default zero_grad(set_to_none=True) the gradients are freed instead and the next backward "
+        "allocates and writes fresh ones, a cost outside this benchmark."),
+}
+
+
 @dataclass
 class Row:
     optimizer: str
@@ -490,16 +551,19 @@ class Row:
         g = self.gbps(name)
         return 100.0 * g / self.copy_gbps if g is not None and self.copy_gbps else None
 
-    def speedup(self, name: str) -> float | None:
-        mine, theirs = self.host_us(name), self.host_us("torch")
+    def speedup(self, name: str, reference: str = "torch") -> float | None:
+        """reference host time / ``name``'s host time (> 1: ``name`` faster). ``reference="torch"`` is the
+        bare-step comparison, ``"torch_zero"`` the same-end-state one."""
+        mine, theirs = self.host_us(name), self.host_us(reference)
         return theirs / mine if mine and theirs else None
 
     def to_json(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "size": self.size, "n_tensors": self.n_tensors, "n_params": self.n_params,
                 "n_steps_per_round": self.n_steps, "rounds": self.rounds, "gpu_timed_steps": self.gpu_steps,
                 "bytes_per_element": self.bytes_per_element, "variants": self.variants, "copy_gbps": self.copy_gbps,
-                "pct_of_copy": {n: self.pct_copy(n) for n in ("sopt", "sopt_nochk", "torch")},
-                "speedup_vs_torch": {n: self.speedup(n) for n in ("sopt", "sopt_nochk")},
+                "pct_of_copy": {n: self.pct_copy(n) for n in VARIANT_NAMES},
+                "speedup_vs_torch": {n: self.speedup(n, "torch") for n in ("sopt", "sopt_nochk")},
+                "speedup_vs_torch_zero": {n: self.speedup(n, "torch_zero") for n in ("sopt", "sopt_nochk")},
                 "errors": self.error}
 
 
@@ -515,11 +579,13 @@ def run_config(spec: OptimizerSpec, model: SizeSpec, args: argparse.Namespace, t
         for skip in (True, False):
             variants.append(SoptVariant(spec, model, skip, args.seed, args.poll_every))
         if torch_device is not None:
-            try:
-                variants.append(TorchVariant(spec, model, torch_device, args.seed))
-            except Exception as exc:  # e.g. fused=True unsupported for this optimiser/device in this torch
-                row.error["torch"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                log(f"  torch failed: {row.error['torch']}")
+            for zero_grad in (False, True):
+                name = "torch_zero" if zero_grad else "torch"
+                try:
+                    variants.append(TorchVariant(spec, model, torch_device, args.seed, zero_grad=zero_grad))
+                except Exception as exc:  # e.g. fused=True unsupported for this optimiser/device in this torch
+                    row.error[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                    log(f"  {name} failed: {row.error[name]}")
         # warm-up: compilation, lazy state, caches
         for v in variants:
             v.refill()
@@ -556,10 +622,11 @@ def run_config(spec: OptimizerSpec, model: SizeSpec, args: argparse.Namespace, t
             }
         n_states = next(v.n_states for v in variants if isinstance(v, SoptVariant))
         row.bytes_per_element = bytes_per_element(n_states)
-        torch_v = next((v for v in variants if isinstance(v, TorchVariant)), None)
-        if torch_v is not None and torch_v.n_states != n_states:
-            row.error["state_mismatch"] = f"torch keeps {torch_v.n_states} state tensors, sopt {n_states}"
-            row.bytes_per_element["torch"] = bytes_per_element(torch_v.n_states or 0)["torch"]
+        for torch_v in (v for v in variants if isinstance(v, TorchVariant)):
+            if torch_v.n_states != n_states:
+                row.error[f"{torch_v.name}_state_mismatch"] = (f"{torch_v.name} keeps {torch_v.n_states} state "
+                                                               f"tensors, sopt {n_states}")
+                row.bytes_per_element[torch_v.name] = bytes_per_element(torch_v.n_states or 0)[torch_v.name]
     finally:
         for v in variants:
             v.close()
@@ -569,30 +636,45 @@ def run_config(spec: OptimizerSpec, model: SizeSpec, args: argparse.Namespace, t
 
 
 # -- output --------------------------------------------------------------------------------------------------
-COLUMNS: list[tuple[str, Callable[[Row], Any], str]] = [
-    ("optimizer", lambda r: r.optimizer, "s"),
-    ("size", lambda r: r.size, "s"),
-    ("params", lambda r: r.n_params, "d"),
-    ("steps", lambda r: f"{r.n_steps}x{r.rounds}", "s"),
-    ("sopt us", lambda r: r.host_us("sopt"), ".1f"),
-    ("nochk us", lambda r: r.host_us("sopt_nochk"), ".1f"),
-    ("torch us", lambda r: r.host_us("torch"), ".1f"),
-    ("sopt gpu", lambda r: r.gpu_us("sopt"), ".1f"),
-    ("nochk gpu", lambda r: r.gpu_us("sopt_nochk"), ".1f"),
-    ("torch gpu", lambda r: r.gpu_us("torch"), ".1f"),
-    ("sopt GB/s", lambda r: r.gbps("sopt"), ".1f"),
-    ("nochk GB/s", lambda r: r.gbps("sopt_nochk"), ".1f"),
-    ("torch GB/s", lambda r: r.gbps("torch"), ".1f"),
-    ("copy GB/s", lambda r: r.copy_gbps, ".1f"),
-    ("sopt %copy", lambda r: r.pct_copy("sopt"), ".1f"),
-    ("nochk %copy", lambda r: r.pct_copy("sopt_nochk"), ".1f"),
-    ("torch %copy", lambda r: r.pct_copy("torch"), ".1f"),
-    ("sopt speedup", lambda r: r.speedup("sopt"), ".2f"),
-    ("nochk speedup", lambda r: r.speedup("sopt_nochk"), ".2f"),
+# A column: (group label or "", column label, value of a row, format). Consecutive columns with the same group
+# label get one group header spanning them. ".2f" values are speed-ups and get an "x".
+Column = tuple[str, str, Callable[[Row], Any], str]
+
+_KEY_COLUMNS: list[Column] = [
+    ("", "optimizer", lambda r: r.optimizer, "s"),
+    ("", "size", lambda r: r.size, "s"),
 ]
 
 
-def format_table(rows: list[Row]) -> str:
+def _per_variant(group: str, get: Callable[[Row, str], Any], fmt: str) -> list[Column]:
+    return [(group, VARIANT_LABELS[n], (lambda r, n=n: get(r, n)), fmt) for n in VARIANT_NAMES]
+
+
+# Table 1: times, microseconds per step.
+TIME_COLUMNS: list[Column] = _KEY_COLUMNS + [
+    ("", "params", lambda r: r.n_params, "d"),
+    ("", "steps", lambda r: f"{r.n_steps}x{r.rounds}", "s"),
+    *_per_variant("host clock, us/step", Row.host_us, ".1f"),
+    *_per_variant("GPU only, us/step", Row.gpu_us, ".1f"),
+]
+
+# Table 2: bandwidths and their share of the copy bandwidth.
+RATE_COLUMNS: list[Column] = _KEY_COLUMNS + [
+    *_per_variant("GB/s", Row.gbps, ".1f"),
+    ("", "copy GB/s", lambda r: r.copy_gbps, ".1f"),
+    *_per_variant("% of copy", Row.pct_copy, ".1f"),
+]
+
+# Table 3: speed-ups from the host-clock times, the two comparisons.
+SPEEDUP_COLUMNS: list[Column] = _KEY_COLUMNS + [
+    ("bare step", "sopt", lambda r: r.speedup("sopt", "torch"), ".2f"),
+    ("bare step", "nochk", lambda r: r.speedup("sopt_nochk", "torch"), ".2f"),
+    ("same end state", "sopt", lambda r: r.speedup("sopt", "torch_zero"), ".2f"),
+    ("same end state", "nochk", lambda r: r.speedup("sopt_nochk", "torch_zero"), ".2f"),
+]
+
+
+def format_table(rows: list[Row], columns: list[Column]) -> str:
     def cell(value: Any, fmt: str) -> str:
         if value is None:
             return "n/a"
@@ -600,15 +682,52 @@ def format_table(rows: list[Row]) -> str:
             return "n/a"
         return format(value, fmt) + ("x" if fmt == ".2f" else "")
 
-    cells = [[name for name, _, _ in COLUMNS]] + [[cell(get(r), fmt) for _, get, fmt in COLUMNS] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    lines = []
+    sep = "  "
+    cells = [[name for _, name, _, _ in columns]] + [[cell(get(r), fmt) for _, _, get, fmt in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    # spans of consecutive columns sharing a group label; widen a span's columns (evenly) when the label is longer
+    spans: list[tuple[str, int, int]] = []  # (label, first column, last column)
+    for i, (group, _, _, _) in enumerate(columns):
+        if group and spans and spans[-1][0] == group and spans[-1][2] == i - 1:
+            spans[-1] = (group, spans[-1][1], i)
+        elif group:
+            spans.append((group, i, i))
+    for label, first, last in spans:
+        span = sum(widths[first:last + 1]) + len(sep) * (last - first)
+        extra = max(0, len(label) + 6 - span)  # room for "-- label --"
+        for j in range(first, last + 1):
+            widths[j] += extra // (last - first + 1) + (1 if j - first < extra % (last - first + 1) else 0)
+    group_parts = []
+    i = 0
+    while i < len(columns):
+        span_here = next((sp for sp in spans if sp[1] == i), None)
+        if span_here is None:
+            group_parts.append(" " * widths[i])
+            i += 1
+            continue
+        label, first, last = span_here
+        span = sum(widths[first:last + 1]) + len(sep) * (last - first)
+        group_parts.append(f" {label} ".center(span, "-"))
+        i = last + 1
+    lines = [sep.join(group_parts).rstrip()] if spans else []
     for k, line in enumerate(cells):
         parts = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))]
-        lines.append("  ".join(parts))
+        lines.append(sep.join(parts))
         if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
+            lines.append(sep.join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_tables(rows: list[Row]) -> str:
+    """Three tables, each narrow enough for a terminal: times, bandwidths, speed-ups."""
+    return "\n\n".join([
+        "step time, us per step (nochk = sopt with skip_nonfinite=False; "
+        "torch+zero = torch fused step + zero_grad(set_to_none=False))\n" + format_table(rows, TIME_COLUMNS),
+        "bandwidth: GB/s = bytes counted for the variant / host-clock time; % of copy = GB/s / copy GB/s\n"
+        + format_table(rows, RATE_COLUMNS),
+        "speedup (host-clock times, > 1: sopt faster): bare step = torch / sopt; "
+        "vs same end state = torch+zero / sopt\n" + format_table(rows, SPEEDUP_COLUMNS),
+    ])
 
 
 def header_lines(meta: dict[str, Any]) -> list[str]:
@@ -629,13 +748,16 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
     lines.append(f"copy limit ({copy['mib']} MiB buffers, read+write counted): "
                  + ("; ".join(parts) or "n/a") + f"  -> 'copy GB/s' column = {copy['limit_source']}")
     lines.append("bytes counted per parameter per step (float32): "
-                 + "; ".join(f"{label}: sopt {b['sopt']}, sopt nochk {b['sopt_nochk']}, torch {b['torch']}"
+                 + "; ".join(f"{label}: sopt {b['sopt']}, sopt nochk {b['sopt_nochk']}, torch {b['torch']}, "
+                             f"torch+zero {b.get('torch_zero', 'n/a')}"
                              for label, b in meta["bytes_per_element"].items()))
-    lines.append("  torch fused reads p,g,states and writes p,states (zero_grad not counted); sopt also writes zero "
-                 "to each gradient; sopt default also reads g in the non-finite check pass")
-    lines.append("columns: '* us' host clock, median over rounds of (N back-to-back steps + 1 sync) / N; "
-                 "'* gpu' GPU-only median per step (us); GB/s and %copy from the host-clock times; "
-                 "speedup = torch us / sopt us (>1: sopt faster); nochk = sopt with skip_nonfinite=False")
+    lines.append("  torch fused reads p,g,states and writes p,states; torch+zero also writes zero to each gradient "
+                 "(zero_grad(set_to_none=False)); sopt also writes zero to each gradient; sopt default also reads g "
+                 "in the non-finite check pass")
+    lines.append("timing: host clock = median over rounds of (N back-to-back steps + 1 sync) / N; GPU only = "
+                 "median per step of GPU timestamps (sopt) / CUDA events (torch); GB/s and % of copy from host times")
+    lines.append("two comparisons (speedup > 1: sopt faster):")
+    lines.extend("  " + text for text in meta["comparisons"].values())
     tick = meta.get("sopt_timestamp_tick_ns")
     if tick and tick >= 1000:
         lines.append(f"note: sopt's GPU timestamps tick every {tick / 1000:g} us on this backend; "
@@ -663,6 +785,7 @@ def build_meta(args: argparse.Namespace, torch_device: str | None, torch_note: s
         "torch_device_name": torch_name,
         "torch_version": torch.__version__ if torch is not None else None,
         "torch_note": torch_note,
+        "comparisons": dict(COMPARISONS),
         "slangpy_version": getattr(spy, "__version__", "?"),
         "numpy_version": np.__version__,
         "python": platform.python_version(),
@@ -748,7 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         meta["bytes_per_element"].setdefault(r.optimizer, r.bytes_per_element)
 
-    text = "\n".join(header_lines(meta)) + "\n\n" + format_table(rows)
+    text = "\n".join(header_lines(meta)) + "\n\n" + format_tables(rows)
     errors = [f"{r.optimizer} {r.size}: {k}: {v}" for r in rows for k, v in r.error.items()]
     if errors:
         text += "\n\nproblems:\n" + "\n".join("  " + e for e in errors)
