@@ -1,0 +1,177 @@
+"""Element-wise activations with torch's semantics (kernels: slang_lib/nn/activation.slang).
+
+Each works on a batch of any feature count F (``in_features`` / ``out_features`` are None), one GPU thread
+per element. Fused after a Linear (``Linear(..., activation="relu")``, or the MLP builder) they cost no
+extra pass. Derivatives at the kinks follow torch: ReLU'(0) = 0, LeakyReLU'(0) = slope.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Iterator
+
+import slangpy as spy
+
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
+from sopt.nn.kernels import function, launch
+from sopt.nn.module import Module
+from sopt.parameter import Parameter
+from sopt.validation import check_float
+
+
+class Activation(Module):
+    """Base of the element-wise activations: y = f(x) element by element, shape preserved.
+
+    Subclasses name their Slang struct (``slang_name``) and give its two float parameters (``slang_params``).
+    """
+
+    slang_name: ClassVar[str]
+    in_features = None   # any: shape-preserving
+    out_features = None
+
+    def __init__(self) -> None:
+        self._buffers = BatchBuffers()
+
+    @property
+    def slang_params(self) -> tuple[float, float]:
+        """The ``p`` of ``IActivation.apply(z, p)`` (activation.slang)."""
+        return (0.0, 0.0)
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        return iter(())
+
+    def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        """``y = f(x)`` for ``x`` of shape (N, F) float32; ``y`` (N, F) with a gradient buffer, reused per N."""
+        x = as_batch(x, None, type(self).__name__)
+        n, f = x.shape
+        y = self._buffers.get("y", n, f, grads=True)
+        launch(function("nn/activation", f"activation_forward<{self.slang_name}>"), encoder,
+               spy.grid((n, f)), batch_in(x, False), spy.float2(*self.slang_params), y)
+        return y
+
+    def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
+        """``x.grad = f'(x) * y.grad`` when ``x`` carries a gradient buffer (nothing to do otherwise)."""
+        x = as_batch(x, None, type(self).__name__)
+        n, f = x.shape
+        check_output(y, n, f, type(self).__name__)
+        if not has_grad(x):
+            return
+        launch(function("nn/activation", f"activation_backprop<{self.slang_name}>").bwds, encoder,
+               spy.grid((n, f)), batch_in(x, True), spy.float2(*self.slang_params), batch_grad(y))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ReLU(Activation):
+    """max(x, 0)."""
+
+    slang_name = "ReLU"
+
+
+class LeakyReLU(Activation):
+    """x for x > 0, else ``slope * x`` (torch's ``negative_slope``)."""
+
+    slang_name = "LeakyReLU"
+
+    def __init__(self, slope: float = 0.01) -> None:
+        super().__init__()
+        self.slope = check_float(slope, "LeakyReLU slope")
+
+    @property
+    def slang_params(self) -> tuple[float, float]:
+        return (self.slope, 0.0)
+
+    def __repr__(self) -> str:
+        return f"LeakyReLU(slope={self.slope})"
+
+
+class Sigmoid(Activation):
+    """1 / (1 + exp(-x)), evaluated without overflow."""
+
+    slang_name = "Sigmoid"
+
+
+class Tanh(Activation):
+    """tanh(x)."""
+
+    slang_name = "Tanh"
+
+
+class SiLU(Activation):
+    """x * sigmoid(x) (swish)."""
+
+    slang_name = "SiLU"
+
+
+class Softplus(Activation):
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch.nn.Softplus). beta > 0."""
+
+    slang_name = "Softplus"
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
+        super().__init__()
+        self.beta = check_float(beta, "Softplus beta", low=0.0, low_inclusive=False)
+        self.threshold = check_float(threshold, "Softplus threshold")
+
+    @property
+    def slang_params(self) -> tuple[float, float]:
+        return (self.beta, self.threshold)
+
+    def __repr__(self) -> str:
+        return f"Softplus(beta={self.beta}, threshold={self.threshold})"
+
+
+class Sine(Activation):
+    """sin(w0 * x), SIREN's activation (Sitzmann et al. 2020); pair it with SIREN initialisation (see MLP)."""
+
+    slang_name = "Sine"
+
+    def __init__(self, w0: float = 30.0) -> None:
+        super().__init__()
+        self.w0 = check_float(w0, "Sine w0", low=0.0, low_inclusive=False)
+
+    @property
+    def slang_params(self) -> tuple[float, float]:
+        return (self.w0, 0.0)
+
+    def __repr__(self) -> str:
+        return f"Sine(w0={self.w0})"
+
+
+ACTIVATIONS: dict[str, type[Activation]] = {
+    "relu": ReLU, "leakyrelu": LeakyReLU, "sigmoid": Sigmoid, "tanh": Tanh, "silu": SiLU, "swish": SiLU,
+    "softplus": Softplus, "sine": Sine, "sin": Sine,
+}
+_NONE = ("none", "identity", "linear")
+
+
+def make_activation(spec: Any, who: str = "activation") -> Activation | None:
+    """An Activation from a config value, or None for no activation.
+
+    ``spec``: None; a name, case and underscores ignored (``"relu"``, ``"ReLU"``, ``"leaky_relu"``, ``"SiLU"``,
+    ``"Softplus"``, ``"Sine"``, ... ; ``"None"``/``"identity"``/``"linear"`` for none); a dict with ``"otype"``
+    (tiny-cuda-nn style) and the constructor's keyword arguments (``{"otype": "LeakyReLU", "slope": 0.1}``);
+    or an Activation instance.
+    """
+    if spec is None or isinstance(spec, Activation):
+        return spec
+    options: dict[str, Any] = {}
+    if isinstance(spec, dict):
+        if "otype" not in spec:
+            raise ValueError(f"{who}: an activation dict needs an 'otype' entry, got {spec!r}")
+        options = {k: v for k, v in spec.items() if k != "otype"}
+        spec = spec["otype"]
+    if not isinstance(spec, str):
+        raise ValueError(f"{who}: expected None, a name, a dict with 'otype' or an Activation, got {type(spec).__name__}")
+    key = spec.lower().replace("_", "")
+    if key in _NONE:
+        if options:
+            raise ValueError(f"{who}: activation {spec!r} takes no options, got {sorted(options)}")
+        return None
+    cls = ACTIVATIONS.get(key)
+    if cls is None:
+        raise ValueError(f"{who}: unknown activation {spec!r}; allowed: {sorted({*ACTIVATIONS, *_NONE})}")
+    try:
+        return cls(**options)
+    except TypeError:
+        raise ValueError(f"{who}: {cls.__name__} got unknown option(s) {sorted(options)}") from None

@@ -1,0 +1,60 @@
+"""Frequency (Fourier feature / NeRF positional) encoding (kernels: slang_lib/nn/frequency.slang)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import slangpy as spy
+
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
+from sopt.nn.kernels import function, launch
+from sopt.nn.module import Module
+from sopt.parameter import Parameter
+from sopt.validation import check_int
+
+MAX_FREQUENCIES = 24   # at 2^23 pi x a float32 argument has no bits left below the period: sin/cos are noise
+
+
+class FrequencyEncoding(Module):
+    """``x (N, in_dims) -> y (N, in_dims * n_freqs * 2)`` with tiny-cuda-nn's ``"Frequency"`` layout::
+
+        y[:, (d * n_freqs + k) * 2]     = sin(2^k * pi * x[:, d])
+        y[:, (d * n_freqs + k) * 2 + 1] = cos(2^k * pi * x[:, d])      for d < in_dims, k < n_freqs
+
+    i.e. per input dimension, frequencies 2^0 pi ... 2^(n_freqs-1) pi, each as a (sin, cos) pair (NeRF's
+    gamma(p) without p itself: x is not included; NeRF uses x in [-1, 1], tiny-cuda-nn x in [0, 1]).
+    No parameters. Backward writes dL/dx = sum_k 2^k pi (cos(.) dL/dsin - sin(.) dL/dcos) into ``x.grad``
+    when x carries one, and does nothing otherwise.
+    """
+
+    def __init__(self, in_dims: int, n_freqs: int) -> None:
+        self.in_dims = check_int(in_dims, "FrequencyEncoding in_dims", low=1)
+        self.n_freqs = check_int(n_freqs, "FrequencyEncoding n_freqs", low=1)
+        if self.n_freqs > MAX_FREQUENCIES:
+            raise ValueError(f"FrequencyEncoding n_freqs must be <= {MAX_FREQUENCIES}, got {n_freqs}")
+        self.in_features = self.in_dims
+        self.out_features = self.in_dims * self.n_freqs * 2
+        sizes = f"{self.in_dims},{self.n_freqs}"
+        self._forward_fn = function("nn/frequency", f"frequency_forward<{sizes}>")
+        self._backprop_fn = function("nn/frequency", f"frequency_backprop<{sizes}>").bwds
+        self._buffers = BatchBuffers()
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        return iter(())
+
+    def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        x = as_batch(x, self.in_features, "FrequencyEncoding")
+        n = x.shape[0]
+        y = self._buffers.get("y", n, self.out_features, grads=True)
+        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), y)
+        return y
+
+    def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
+        x = as_batch(x, self.in_features, "FrequencyEncoding")
+        n = x.shape[0]
+        check_output(y, n, self.out_features, "FrequencyEncoding")
+        if has_grad(x):
+            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, True), batch_grad(y))
+
+    def __repr__(self) -> str:
+        return f"FrequencyEncoding(in_dims={self.in_dims}, n_freqs={self.n_freqs})"

@@ -1,0 +1,237 @@
+"""FullyFusedMLP: a multilayer perceptron trained with hand-fused kernels (slang_lib/nn/fully_fused_mlp.slang).
+
+The tiny-cuda-nn idea in float32: the forward pass evaluates every layer in one kernel with each sample's
+activations in registers; the backward pass is one kernel per layer that computes dL/dz, dL/dx = W^T dL/dz
+and the weight gradient dW = sum_n dL/dz_n x_n^T as a reduction over the batch (register tiles per thread
+group, one atomic add per weight per group). Use it where a ``Sequential`` of ``Linear`` layers is too slow.
+
+Network, for hidden layers j = 0..L-1 and the output layer L::
+
+    a_0 = x                      (in_features, zero-padded to a multiple of 4)
+    a_{j+1} = act(W_j a_j + b_j)  (hidden_features)
+    y = out_act(W_L a_L + b_L)    (out_features)
+
+Parameters: one flat Parameter ``params`` holding, layer after layer, W_j (out x padded in, row-major) then
+b_j, each layer starting at a multiple of 4 floats (``layer_slices`` gives each layer's views). Initialised
+like torch.nn.Linear: W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (padding columns zero). Sizes:
+hidden_features and the padded in_features must be <= 64 (registers and groupshared tiles).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+import slangpy as spy
+
+from sopt import device as dev
+from sopt.nn.module import Module
+from sopt.parameter import Parameter
+
+TPB = 64  # threads per group of every kernel in fully_fused_mlp.slang
+ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
+MAX_WIDTH = 64
+_MAX_BACKWARD_GROUPS = 512
+
+
+def _align4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def _tiling(o: int, i: int) -> tuple[int, int, int]:
+    """(GI, TO, TI): a GO x GI grid of threads (GO * GI = TPB) over an o x i weight, TO x TI entries each."""
+    gi = 1
+    while gi * 2 <= min(i, TPB) and (o >= 8 and gi * 2 <= 8 or o < 8):
+        gi *= 2
+    go = TPB // gi
+    return gi, -(-o // go), -(-i // gi)
+
+
+class FullyFusedMLP(Module):
+    """MLP with fused kernels; see the module docstring for the maths and the parameter layout.
+
+    Args:
+        in_features, out_features: input and output widths.
+        hidden_features: width of every hidden layer (<= 64).
+        hidden_layers: number of hidden layers L (>= 1).
+        activation / output_activation: one of ``ACTIVATIONS`` (``"sine"`` is sin(30 z)).
+        seed: initialisation seed.
+    """
+
+    def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 3,
+                 activation: str = "relu", output_activation: str = "none", seed: int = 0) -> None:
+        for name, value in (("in_features", in_features), ("out_features", out_features),
+                            ("hidden_features", hidden_features), ("hidden_layers", hidden_layers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"FullyFusedMLP: {name} must be a positive integer, got {value!r}")
+        if _align4(in_features) > MAX_WIDTH or hidden_features > MAX_WIDTH or out_features > MAX_WIDTH:
+            raise ValueError(f"FullyFusedMLP: in_features (padded to 4), hidden_features and out_features must be <= "
+                             f"{MAX_WIDTH}, got {in_features}, {hidden_features}, {out_features}")
+        if hidden_features % 4:
+            raise ValueError(f"FullyFusedMLP: hidden_features must be a multiple of 4, got {hidden_features}")
+        for name, value in (("activation", activation), ("output_activation", output_activation)):
+            if value not in ACTIVATIONS:
+                raise ValueError(f"FullyFusedMLP: {name} must be one of {sorted(ACTIVATIONS)}, got {value!r}")
+        self.in_features, self.out_features = in_features, out_features
+        self.hidden_features, self.hidden_layers = hidden_features, hidden_layers
+        self.activation, self.output_activation = activation, output_activation
+        self.training = True
+        # (padded in, logical in, out, offset) per layer
+        self.layers: list[tuple[int, int, int, int]] = []
+        offset = 0
+        for j in range(hidden_layers + 1):
+            i_log = in_features if j == 0 else hidden_features
+            i_pad = _align4(in_features) if j == 0 else hidden_features
+            o = out_features if j == hidden_layers else hidden_features
+            self.layers.append((i_pad, i_log, o, offset))
+            offset += _align4(o * i_pad + o)
+        rng = np.random.default_rng(seed)
+        flat = np.zeros(offset, np.float32)
+        for i_pad, i_log, o, off in self.layers:
+            bound = 1.0 / math.sqrt(i_log)
+            w = np.zeros((o, i_pad), np.float32)
+            w[:, :i_log] = rng.uniform(-bound, bound, (o, i_log))
+            flat[off:off + o * i_pad] = w.ravel()
+            flat[off + o * i_pad: off + o * i_pad + o] = rng.uniform(-bound, bound, o)
+        self.params = Parameter(flat, name="params")
+        self._kernels: dict[str, spy.ComputeKernel] | None = None
+        self._buffers: dict[int, dict[str, spy.Tensor]] = {}
+
+    # -- parameters ----------------------------------------------------------------------------------------------
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        yield "params", self.params
+
+    def layer_slices(self, flat: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(W_j, b_j) per layer as numpy arrays cut from ``flat`` (default: the current values), W_j (out, in)."""
+        flat = self.params.numpy() if flat is None else flat
+        return [(flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log].copy(),
+                 flat[off + o * i_pad: off + o * i_pad + o].copy()) for i_pad, i_log, o, off in self.layers]
+
+    def load_layers(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Set every (W_j, b_j) from arrays shaped (out, in) and (out,), e.g. copied from torch.nn.Linear."""
+        flat = self.params.numpy()
+        for (i_pad, i_log, o, off), (w, b) in zip(self.layers, layers, strict=True):
+            w = np.asarray(w, np.float32)
+            if w.shape != (o, i_log) or np.shape(b) != (o,):
+                raise ValueError(f"FullyFusedMLP.load_layers: expected W {(o, i_log)} and b {(o,)}, got "
+                                 f"{w.shape} and {np.shape(b)}")
+            padded = np.zeros((o, i_pad), np.float32)
+            padded[:, :i_log] = w
+            flat[off:off + o * i_pad] = padded.ravel()
+            flat[off + o * i_pad: off + o * i_pad + o] = b
+        self.params.load(flat)
+
+    # -- kernels -------------------------------------------------------------------------------------------------
+    def _compile(self) -> dict[str, spy.ComputeKernel]:
+        if self._kernels is not None:
+            return self._kernels
+        act, out_act = ACTIVATIONS[self.activation], ACTIVATIONS[self.output_activation]
+        h, L = self.hidden_features, self.hidden_layers
+        in4 = _align4(self.in_features)
+        lines = ["import nn.fully_fused_mlp;"]
+        header = '[shader("compute")]\n[numthreads(64, 1, 1)]\n'
+        for save in (0, 1):
+            lines.append(f"{header}void forward_{save}(uint3 tid: SV_DispatchThreadID) {{ "
+                         f"ffmlp_forward<{self.in_features}, {in4}, {h}, {self.out_features}, {L}, {act}, {out_act}, "
+                         f"{save}>(tid.x); }}")
+        names = [f"forward_{s}" for s in (0, 1)]
+        for j, (i_pad, i_log, o, _) in enumerate(self.layers):
+            gi, to, ti = _tiling(o, i_pad)
+            act_o = out_act if j == L else act
+            for want_dx in (0, 1):
+                name = f"backward_{j}_{want_dx}"
+                lines.append(f"{header}void {name}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
+                             f"ffmlp_backward<{i_pad}, {i_log}, {o}, {act_o}, {act}, {int(j == 0)}, {want_dx}, "
+                             f"{gi}, {to}, {ti}>(lane, gid.x); }}")
+                names.append(name)
+        device = dev.get_device()
+        key = f"ffmlp_{self.in_features}_{h}_{self.out_features}_{L}_{act}_{out_act}"
+        module = device.load_module_from_source(key, "\n".join(lines))
+        kernels = {}
+        for name in names:
+            program = device.link_program([module], [module.entry_point(name)])
+            kernels[name] = device.create_compute_kernel(program)
+        self._kernels = kernels
+        return kernels
+
+    def _batch_buffers(self, n: int) -> dict[str, spy.Tensor]:
+        buffers = self._buffers.get(n)
+        if buffers is None:
+            device = dev.get_device()
+            h, L = self.hidden_features, self.hidden_layers
+            buffers = {
+                "y": spy.Tensor.zeros(device, (n, self.out_features), "float").with_grads(zero=True),
+                "saved": spy.Tensor.zeros(device, (n * (h * L + self.out_features),), "float"),
+                "d0": spy.Tensor.zeros(device, (n * h,), "float"),
+                "d1": spy.Tensor.zeros(device, (n * h,), "float"),
+            }
+            if len(self._buffers) >= 4:
+                self._buffers.pop(next(iter(self._buffers)))
+            self._buffers[n] = buffers
+        return buffers
+
+    def _check_input(self, x: spy.Tensor) -> int:
+        if not isinstance(x, spy.Tensor):
+            raise ValueError(f"FullyFusedMLP: expected a slangpy.Tensor of shape (N, {self.in_features}), got "
+                             f"{type(x).__name__}")
+        if str(x.dtype.full_name) != "float":
+            raise ValueError(f"FullyFusedMLP: expected a float32 tensor, got dtype '{x.dtype.full_name}'")
+        if len(x.shape) != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"FullyFusedMLP: expected input of shape (N, {self.in_features}), got {tuple(x.shape)}")
+        if not x.is_contiguous():
+            raise ValueError("FullyFusedMLP: the input tensor must be contiguous")
+        return int(x.shape[0])
+
+    # -- forward / backward ---------------------------------------------------------------------------------------
+    def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        n = self._check_input(x)
+        kernels = self._compile()
+        b = self._batch_buffers(n)
+        y, p = b["y"], self.params.values
+        dev.dispatch(kernels[f"forward_{int(self.training)}"], n, encoder, mlp_params=p.storage, mlp_x=x.storage,
+                     mlp_saved=b["saved"].storage, mlp_y=y.storage, n_rows=n, params_off=p.offset, x_off=x.offset,
+                     y_off=y.offset, saved_off=b["saved"].offset)
+        return y
+
+    def backward(self, x: spy.Tensor, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
+        n = self._check_input(x)
+        if not self.training:
+            raise ValueError("FullyFusedMLP.backward: the module is in eval mode (no saved activations); call train()")
+        b = self._buffers.get(n)
+        if b is None or y is not b["y"]:
+            raise ValueError("FullyFusedMLP.backward: y must be the tensor forward() returned for this batch size")
+        kernels = self._compile()
+        p, g = self.params.values, self.params.grad
+        h, L = self.hidden_features, self.hidden_layers
+        want_input_grad = x.grad_out is not None
+        n_groups = max(1, min(_MAX_BACKWARD_GROUPS, -(-n // TPB)))
+        dy, dy_off = y.grad.storage, y.grad.offset
+        ping = [b["d0"], b["d1"]]
+        own = encoder is None
+        if own:
+            encoder = dev.get_device().create_command_encoder()
+        for j in range(L, -1, -1):
+            i_pad, i_log, o, off = self.layers[j]
+            if j > 0:
+                out = ping[j % 2]
+                dx, dx_off, want_dx = out.storage, out.offset, 1
+            elif want_input_grad:
+                dx, dx_off, want_dx = x.grad.storage, x.grad.offset, 1
+            else:
+                dx, dx_off, want_dx = ping[0].storage, 0, 0
+            dev.dispatch(kernels[f"backward_{j}_{want_dx}"], n_groups * TPB, encoder,
+                         mlp_params=p.storage, mlp_grads=g.storage, mlp_x=x.storage, mlp_saved=b["saved"].storage,
+                         mlp_dy=dy, mlp_dx=dx, n_rows=n, params_off=p.offset, grads_off=g.offset, x_off=x.offset,
+                         dy_off=dy_off, dx_off=dx_off, saved_off=b["saved"].offset, layer_param_off=off,
+                         layer_z_off=n * h * j, prev_z_off=n * h * (j - 1) if j > 0 else 0, n_groups=n_groups)
+            dy, dy_off = dx, dx_off
+        if own:
+            dev.submit(encoder)
+
+    def train(self, mode: bool = True) -> "FullyFusedMLP":
+        self.training = mode
+        return self
+
+    def eval(self) -> "FullyFusedMLP":
+        return self.train(False)

@@ -1,0 +1,132 @@
+"""Multiresolution hash grid encoding, Instant-NGP / tiny-cuda-nn "HashGrid" (kernels: slang_lib/nn/hashgrid.slang)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import slangpy as spy
+
+from sopt import init
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
+from sopt.nn.kernels import function, launch
+from sopt.nn.module import Module
+from sopt.nn.seeding import derive_seed
+from sopt.parameter import Parameter
+from sopt.validation import check_float, check_int
+
+MAX_DIMS = 4          # 2^D cell corners are unrolled per level
+MAX_LEVELS = 32
+MAX_FEATURES = 8
+MAX_LOG2_TABLE_SIZE = 26
+INIT_RANGE = 1e-4     # tcnn initialises the table to U(-1e-4, 1e-4)
+
+
+@dataclass(frozen=True)
+class GridLevel:
+    """One resolution level: ``pos = x * scale + 0.5`` in grid units, ``resolution`` vertices per side,
+    table rows ``[offset, offset + size)``, spatial hash when ``hashed`` else dense indexing."""
+
+    scale: float
+    resolution: int
+    offset: int
+    size: int
+    hashed: bool
+
+
+def grid_levels(in_dims: int, n_levels: int, log2_table_size: int, base_resolution: int,
+                per_level_scale: float) -> list[GridLevel]:
+    """The levels of tcnn's GridEncoding: ``scale = 2^(l log2(per_level_scale)) * base_resolution - 1``
+    (in float32), ``resolution = ceil(scale) + 1``, ``size = min(next multiple of 8 of resolution^D,
+    2^log2_table_size)``, hashed iff ``resolution^D > size``."""
+    levels, offset = [], 0
+    log2_scale = np.float32(math.log2(per_level_scale))
+    for level in range(n_levels):
+        scale = float(np.float32(np.exp2(np.float32(level) * log2_scale) * np.float32(base_resolution) - np.float32(1.0)))
+        resolution = int(math.ceil(scale)) + 1
+        dense = resolution**in_dims
+        size = min(-(-min(dense, 2**31) // 8) * 8, 2**log2_table_size)
+        levels.append(GridLevel(scale, resolution, offset, size, dense > size))
+        offset += size
+    return levels
+
+
+class HashGridEncoding(Module):
+    """``x (N, in_dims) in [0, 1] -> y (N, n_levels * n_features)``, level-major: ``y[:, l * F + f]``.
+
+    Instant-NGP's multiresolution hash encoding with tiny-cuda-nn's conventions (``"otype": "HashGrid"``):
+    level l has ``scale_l = base_resolution * per_level_scale^l - 1`` and is read at ``pos = x * scale_l +
+    0.5`` by d-linear interpolation of the 2^in_dims vertices around it. Coarse levels whose
+    ``ceil(scale_l) + 1``-vertex grid fits the level's share of the table are indexed densely; the others
+    use tcnn's spatial hash (xor of coordinates times primes 1, 2654435761, 805459861, ...), modulo the
+    level size. Inputs outside [0, 1] are not clamped (they wrap like tcnn's).
+
+    Parameter ``table``: (rows, n_features), rows = sum of the level sizes (each at most
+    2^log2_table_size), initialised U(-1e-4, 1e-4). Backward adds dL/dtable by atomics (a batch's samples
+    share rows) and writes dL/dx when x carries a gradient buffer.
+
+    Args: in_dims 1..4 (2D and 3D are the usual), n_levels 1..32, n_features 1..8, log2_table_size
+    1..26, base_resolution >= 1, per_level_scale >= 1.
+    """
+
+    def __init__(self, in_dims: int, n_levels: int = 16, n_features: int = 2, log2_table_size: int = 19,
+                 base_resolution: int = 16, per_level_scale: float = 2.0, seed: int = 0) -> None:
+        self.in_dims = check_int(in_dims, "HashGridEncoding in_dims", low=1)
+        self.n_levels = check_int(n_levels, "HashGridEncoding n_levels", low=1)
+        self.n_features = check_int(n_features, "HashGridEncoding n_features", low=1)
+        self.log2_table_size = check_int(log2_table_size, "HashGridEncoding log2_table_size", low=1)
+        self.base_resolution = check_int(base_resolution, "HashGridEncoding base_resolution", low=1)
+        self.per_level_scale = check_float(per_level_scale, "HashGridEncoding per_level_scale", low=1.0)
+        for value, name, high in ((self.in_dims, "in_dims", MAX_DIMS), (self.n_levels, "n_levels", MAX_LEVELS),
+                                  (self.n_features, "n_features", MAX_FEATURES),
+                                  (self.log2_table_size, "log2_table_size", MAX_LOG2_TABLE_SIZE)):
+            if value > high:
+                raise ValueError(f"HashGridEncoding {name} must be <= {high}, got {value}")
+        self.in_features = self.in_dims
+        self.out_features = self.n_levels * self.n_features
+        self.levels = grid_levels(self.in_dims, self.n_levels, self.log2_table_size, self.base_resolution,
+                                  self.per_level_scale)
+        rows = self.levels[-1].offset + self.levels[-1].size
+        if rows * self.n_features > 2**31 - 1:
+            raise ValueError(f"HashGridEncoding: the table would have {rows * self.n_features} elements, more than "
+                             "2^31 - 1; lower log2_table_size or n_levels")
+        self.table = Parameter(np.zeros((rows, self.n_features), np.float32), name="table")
+        init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
+        sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
+        self._forward_fn = function("nn/hashgrid", f"hashgrid_forward<{sizes}>")
+        self._backprop_fn = function("nn/hashgrid", f"hashgrid_backprop<{sizes}>").bwds
+        self._level_args = {
+            "scale": [lv.scale for lv in self.levels], "resolution": [lv.resolution for lv in self.levels],
+            "offset": [lv.offset for lv in self.levels], "size": [lv.size for lv in self.levels],
+            "hashed": [int(lv.hashed) for lv in self.levels],
+        }
+        self._buffers = BatchBuffers()
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        yield "table", self.table
+
+    def _grid(self, need_dx: bool) -> dict[str, Any]:
+        """The ``HashGridTable`` of hashgrid.slang (table tensors fetched now: they move into an optimiser's arena)."""
+        return {"table": self.table.values, "table_grad": self.table.grad, **self._level_args,
+                "need_dx": int(need_dx)}
+
+    def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        x = as_batch(x, self.in_features, "HashGridEncoding")
+        n = x.shape[0]
+        y = self._buffers.get("y", n, self.out_features, grads=True)
+        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), self._grid(False), y)
+        return y
+
+    def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
+        x = as_batch(x, self.in_features, "HashGridEncoding")
+        n = x.shape[0]
+        check_output(y, n, self.out_features, "HashGridEncoding")
+        want_dx = has_grad(x)
+        launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._grid(want_dx), batch_grad(y))
+
+    def __repr__(self) -> str:
+        return (f"HashGridEncoding(in_dims={self.in_dims}, n_levels={self.n_levels}, n_features={self.n_features}, "
+                f"log2_table_size={self.log2_table_size}, base_resolution={self.base_resolution}, "
+                f"per_level_scale={self.per_level_scale})")

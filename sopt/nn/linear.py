@@ -1,0 +1,108 @@
+"""Linear layer ``y = act(x W^T + b)`` with an optional fused activation (kernels: slang_lib/nn/linear.slang)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import numpy as np
+import slangpy as spy
+from slangpy.slangpy import Shape
+
+from sopt import init
+from sopt.nn.activation import Activation, make_activation
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy, has_grad
+from sopt.nn.kernels import function, launch
+from sopt.nn.module import Module
+from sopt.nn.seeding import derive_seed
+from sopt.parameter import Parameter
+from sopt.validation import check_int
+
+TILE = 4                # weight-gradient block per thread, TILE x TILE (linear.slang's TILE)
+ROWS_PER_CHUNK = 512    # batch rows one weight-gradient thread sums before its atomic add
+GROUP_THREADS = 256     # threads per group of the weight-gradient kernel (blocks of one chunk share a group)
+
+
+class Linear(Module):
+    """``y = act(x W^T + b)`` over a batch: x (N, in_features) -> y (N, out_features), float32.
+
+    Parameters: ``weight`` (out_features, in_features) and ``bias`` (out_features,), initialised as
+    torch.nn.Linear: W ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), b ~ U(-1/sqrt(in), 1/sqrt(in)),
+    from independent streams derived from ``seed``.
+
+    ``activation``: an activation fused after the affine map, computed in the same kernel (None, a name
+    such as ``"relu"``, a dict ``{"otype": ..., ...}`` or an Activation instance; see ``make_activation``).
+
+    GPU work: forward is one dispatch (a thread per sample). Backward is at most two: the ``.bwds`` of the
+    per-sample function, which writes dL/dx (when x has a gradient buffer) and, with an activation, dL/dz
+    into a per-N buffer (skipped when neither is needed); then the weight and bias gradients as a
+    reduction over the batch (a thread per 4x4 block of (W | b) and chunk of 512 rows, one atomic add per
+    weight per chunk). Gradients accumulate into ``weight.grad`` / ``bias.grad``; their sum order over
+    chunks is not fixed, so results can differ in the last bits between runs when N > 512.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0,
+                 activation: Any = None) -> None:
+        self.in_features = check_int(in_features, "Linear in_features", low=1)
+        self.out_features = check_int(out_features, "Linear out_features", low=1)
+        self.activation: Activation | None = make_activation(activation, "Linear activation")
+        self.weight = Parameter(np.zeros((self.out_features, self.in_features), np.float32), name="weight")
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5.0), seed=derive_seed(seed, 0))
+        self.bias: Parameter | None = None
+        if bias:
+            self.bias = Parameter(np.zeros(self.out_features, np.float32), name="bias")
+            bound = 1.0 / math.sqrt(self.in_features)
+            init.uniform_(self.bias, -bound, bound, seed=derive_seed(seed, 1))
+        act = self.activation.slang_name if self.activation is not None else "Identity"
+        sizes = f"{self.in_features},{self.out_features}"
+        self._forward_fn = function("nn/linear", f"linear_forward<{sizes},{act}>")
+        self._backprop_fn = function("nn/linear", f"linear_backprop<{sizes},{act}>").bwds
+        self._tiles = (-(-self.out_features // TILE), -(-(self.in_features + int(bias)) // TILE))
+        rows = max(1, min(self._tiles[0], GROUP_THREADS // self._tiles[1]))
+        group = (1, rows, self._tiles[1]) if self._tiles[1] <= GROUP_THREADS else (1, 1, GROUP_THREADS)
+        self._weight_grad_fn = function("nn/linear", f"linear_weight_grad<{sizes}>").call_group_shape(Shape(group))
+        self._buffers = BatchBuffers()
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        yield "weight", self.weight
+        if self.bias is not None:
+            yield "bias", self.bias
+
+    @property
+    def _act_params(self) -> spy.float2:
+        return spy.float2(*(self.activation.slang_params if self.activation is not None else (0.0, 0.0)))
+
+    def _weights(self, dz: spy.Tensor | None, need_dx: bool) -> dict[str, Any]:
+        """The ``LinearWeights`` of linear.slang (parameter tensors fetched now: they move into an optimiser's arena)."""
+        return {"weight": self.weight.values, "bias": self.bias.values if self.bias is not None else dummy(1),
+                "has_bias": int(self.bias is not None), "dz": dz if dz is not None else dummy(2),
+                "write_dz": int(dz is not None), "need_dx": int(need_dx)}
+
+    def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        """y (N, out_features) for x (N, in_features); y carries a gradient buffer and is reused for the same N."""
+        x = as_batch(x, self.in_features, "Linear")
+        n = x.shape[0]
+        y = self._buffers.get("y", n, self.out_features, grads=True)
+        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), self._weights(None, False),
+               self._act_params, y)
+        return y
+
+    def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
+        """Accumulate dL/dW, dL/db from dL/dy in ``y.grad``; write dL/dx into ``x.grad`` when x has one."""
+        x = as_batch(x, self.in_features, "Linear")
+        n = x.shape[0]
+        check_output(y, n, self.out_features, "Linear")
+        want_dx = has_grad(x)
+        # Without an activation dL/dz = dL/dy: the weight gradient reads y.grad directly.
+        dz = self._buffers.get("dz", n, self.out_features) if self.activation is not None else None
+        if dz is not None or want_dx:
+            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._weights(dz, want_dx),
+                   self._act_params, batch_grad(y))
+        chunks = -(-n // ROWS_PER_CHUNK)
+        launch(self._weight_grad_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz if dz is not None else y.grad,
+               n, ROWS_PER_CHUNK, int(self.bias is not None), self.weight.grad,
+               self.bias.grad if self.bias is not None else dummy(1))
+
+    def __repr__(self) -> str:
+        act = f", activation={self.activation!r}" if self.activation is not None else ""
+        return f"Linear(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{act})"

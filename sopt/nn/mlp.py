@@ -1,0 +1,119 @@
+"""MLP builder configured by plain values and tiny-cuda-nn style dicts, and the encoding configs it accepts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sopt import init
+from sopt.nn.activation import Activation, LeakyReLU, ReLU, Sine, make_activation
+from sopt.nn.frequency import FrequencyEncoding
+from sopt.nn.hashgrid import HashGridEncoding
+from sopt.nn.linear import Linear
+from sopt.nn.module import Module
+from sopt.nn.seeding import derive_seed
+from sopt.nn.sequential import Sequential
+from sopt.validation import check_int
+
+# tiny-cuda-nn key -> constructor argument, per encoding
+_FREQUENCY_KEYS = {"n_frequencies": "n_freqs", "n_freqs": "n_freqs"}
+_HASHGRID_KEYS = {"n_levels": "n_levels", "n_features_per_level": "n_features", "n_features": "n_features",
+                  "log2_hashmap_size": "log2_table_size", "log2_table_size": "log2_table_size",
+                  "base_resolution": "base_resolution", "per_level_scale": "per_level_scale", "seed": "seed"}
+
+
+def make_encoding(spec: Any, in_dims: int, seed: int = 0) -> Module:
+    """An encoding module for ``in_dims`` inputs from a config dict (or a Module, returned as is).
+
+    ``{"otype": "Frequency", "n_frequencies": 6}`` -> FrequencyEncoding (``n_freqs`` also accepted);
+    ``{"otype": "HashGrid", "n_levels": 16, "n_features_per_level": 2, "log2_hashmap_size": 19,
+    "base_resolution": 16, "per_level_scale": 2.0}`` -> HashGridEncoding (also ``"otype": "Grid"`` with
+    ``"type": "Hash"``, the constructor's own names, and ``"interpolation": "Linear"``). Omitted keys take
+    the constructor's defaults; ``seed`` defaults to the one given here.
+    """
+    if isinstance(spec, Module):
+        if spec.in_features is not None and spec.in_features != in_dims:
+            raise ValueError(f"encoding {spec!r} takes {spec.in_features} features, the MLP's in_features is {in_dims}")
+        return spec
+    if not isinstance(spec, dict) or "otype" not in spec:
+        raise ValueError(f"encoding must be None, a Module or a dict with an 'otype' entry, got {spec!r}")
+    options = {k: v for k, v in spec.items() if k != "otype"}
+    otype = str(spec["otype"]).lower()
+    if otype == "frequency":
+        return FrequencyEncoding(in_dims, **_rename(options, _FREQUENCY_KEYS, "Frequency"))
+    if otype in ("hashgrid", "grid"):
+        grid_type = str(options.pop("type", "Hash"))
+        if grid_type.lower() != "hash":
+            raise ValueError(f"encoding Grid: only type 'Hash' is supported, got {grid_type!r}")
+        interpolation = str(options.pop("interpolation", "Linear"))
+        if interpolation.lower() != "linear":
+            raise ValueError(f"encoding HashGrid: only 'Linear' interpolation is supported, got {interpolation!r}")
+        kwargs = {"seed": seed, **_rename(options, _HASHGRID_KEYS, "HashGrid")}
+        return HashGridEncoding(in_dims, **kwargs)
+    raise ValueError(f"unknown encoding otype {spec['otype']!r}; allowed: 'Frequency', 'HashGrid' ('Grid')")
+
+
+def _rename(options: dict[str, Any], keys: dict[str, str], otype: str) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(keys))
+    if unknown:
+        raise ValueError(f"encoding {otype}: unknown option(s) {unknown}; allowed: {sorted(keys)}")
+    return {keys[k]: v for k, v in options.items()}
+
+
+class MLP(Sequential):
+    """[encoding ->] Linear -> act -> ... -> Linear -> output_act, as a Sequential of fused Linear layers.
+
+    ``hidden_layers`` hidden layers of width ``hidden_features`` (tiny-cuda-nn's ``n_hidden_layers`` /
+    ``n_neurons``): ``hidden_layers + 1`` Linear layers, every hidden one followed by ``activation`` and the
+    last by ``output_activation``, each activation fused into its Linear (one kernel per layer). With
+    ``hidden_layers = 0`` it is a single Linear. Activations are given as for ``make_activation`` (names,
+    ``{"otype": ...}`` dicts, instances); ``encoding`` as for ``make_encoding``.
+
+    Parameters are named like a Sequential: with an encoding it is module 0 (``"0.table"``) and the
+    Linears follow (``"1.weight"``, ``"1.bias"``, ...); without one the Linears start at 0.
+
+    Initialisation, from independent streams derived from ``seed``:
+    - ReLU / LeakyReLU networks: each Linear followed by that activation gets Kaiming-uniform weights
+      (fan_in, gain sqrt(2 / (1 + slope^2))) and zero biases (He et al. 2015); the output layer keeps
+      torch's default.
+    - Sine networks (SIREN, Sitzmann et al. 2020): first Linear W ~ U(-1/in, 1/in), every other Linear
+      (output included) W ~ U(-sqrt(6/in)/w0, sqrt(6/in)/w0); biases keep torch's default.
+    - otherwise torch.nn.Linear's default (see Linear).
+    """
+
+    def __init__(self, in_features: int, out_features: int, hidden_features: int, hidden_layers: int,
+                 activation: Any = "relu", output_activation: Any = None, encoding: Any = None, bias: bool = True,
+                 seed: int = 0) -> None:
+        in_features = check_int(in_features, "MLP in_features", low=1)
+        out_features = check_int(out_features, "MLP out_features", low=1)
+        hidden_features = check_int(hidden_features, "MLP hidden_features", low=1)
+        hidden_layers = check_int(hidden_layers, "MLP hidden_layers", low=0)
+        act = make_activation(activation, "MLP activation")
+        out_act = make_activation(output_activation, "MLP output_activation")
+        modules: list[Module] = []
+        width = in_features
+        if encoding is not None:
+            enc = make_encoding(encoding, in_features, seed=derive_seed(seed, 0))
+            modules.append(enc)
+            width = enc.out_features
+        widths = [width] + [hidden_features] * hidden_layers + [out_features]
+        linears = [Linear(widths[k], widths[k + 1], bias=bias, seed=derive_seed(seed, k + 1),
+                          activation=act if k < hidden_layers else out_act) for k in range(hidden_layers + 1)]
+        for k, layer in enumerate(linears):
+            _initialise(layer, first=k == 0, hidden=act, seed=derive_seed(seed, k + 1, 7))
+        super().__init__(*modules, *linears)
+        self.encoding = modules[0] if modules else None
+        self.layers = tuple(linears)
+
+
+def _initialise(layer: Linear, first: bool, hidden: Activation | None, seed: int) -> None:
+    """Re-initialise ``layer`` of an MLP whose hidden activation is ``hidden`` (see MLP)."""
+    if isinstance(hidden, Sine):
+        n_in = layer.in_features
+        bound = 1.0 / n_in if first else math.sqrt(6.0 / n_in) / hidden.w0
+        init.uniform_(layer.weight, -bound, bound, seed=seed)
+    elif isinstance(hidden, (ReLU, LeakyReLU)) and layer.activation is hidden:
+        slope = hidden.slope if isinstance(hidden, LeakyReLU) else 0.0
+        init.kaiming_uniform_(layer.weight, a=slope, nonlinearity="leaky_relu", seed=seed)
+        if layer.bias is not None:
+            init.zeros_(layer.bias)
