@@ -1,0 +1,167 @@
+"""Regression losses with torch's semantics, reduction 'mean' over every element (kernels:
+slang_lib/losses/regression.slang).
+
+``loss_fn(pred, target, encoder=None) -> LossValue``: one dispatch computes the mean loss on the GPU and
+WRITES dLoss/dpred into ``pred.grad`` (overwriting it: it seeds the backward pass). Nothing is read back;
+``LossValue.item()`` waits for the GPU. The value's reduction order depends only on the element count
+(deterministic); see regression.slang.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import slangpy as spy
+
+from sopt import device as dev
+from sopt.losses.value import LossValue, ResultRing
+from sopt.validation import check_float
+
+THREADS = 256        # regression.slang's THREADS
+MAX_GROUPS = 1024    # thread groups of one evaluation (each then loops over its share)
+MAX_ELEMENTS = 2**31 - 1
+
+
+class Loss:
+    """Base of the element-wise regression losses: ``mean_i l(pred_i, target_i)`` over all elements.
+
+    ``pred``: a float32 SlangPy Tensor with a gradient buffer (a module's output). ``target``: a float32
+    Tensor of the same shape, or a float32 numpy array of that shape (checked for NaN/Inf on the host,
+    then uploaded into a new tensor; pass device tensors in training loops to avoid that allocation and
+    copy). Wrong shapes, dtypes, missing gradient buffers and non-finite host targets raise ValueError
+    before any GPU work. Device targets are not inspected on the host: the kernel counts their
+    non-finite values and ``LossValue.item()`` raises ValueError if there were any.
+    """
+
+    entry_point: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._kernel = dev.load_kernel("losses/regression", self.entry_point)
+        self._ring = ResultRing()
+        self._partials = dev.get_device().create_buffer(
+            size=4 * 2 * MAX_GROUPS, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
+            data=np.zeros(2 * MAX_GROUPS, np.uint32))
+
+    @property
+    def param(self) -> float:
+        """The loss's float parameter in the kernel (Huber delta, RelativeL2 eps)."""
+        return 0.0
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def __call__(self, pred: spy.Tensor, target: Any, encoder: spy.CommandEncoder | None = None) -> LossValue:
+        pred, target = self._check(pred, target)
+        count = int(np.prod(tuple(pred.shape)))
+        groups = min(MAX_GROUPS, -(-count // THREADS))
+        slot, serial = self._ring.next()
+        args = {"count": count, "pred_offset": pred.offset, "target_offset": target.offset,
+                "grad_offset": pred.grad.offset, "n_groups": groups, "slot": slot, "inv_count": 1.0 / count,
+                "param": self.param}
+        dev.dispatch(self._kernel, groups * THREADS, encoder, args=args, pred=pred.storage, target=target.storage,
+                     pred_grad=pred.grad.storage, partials=self._partials, results=self._ring.buffer)
+        return LossValue(self._ring, slot, serial, self.name)
+
+    def value_and_grad(self, pred: Any, target: Any) -> tuple[float, np.ndarray]:
+        """Host helper: the loss and dLoss/dpred for float32 numpy arrays (uploads, runs, waits, reads back)."""
+        p = np.asarray(pred)
+        if p.dtype != np.float32:
+            raise ValueError(f"{self.name}: expected a float32 prediction array, got dtype {p.dtype}")
+        t = spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(p)).with_grads(zero=True)
+        value = self(t, target).item()
+        return value, t.grad.to_numpy().reshape(p.shape).copy()
+
+    def _check(self, pred: Any, target: Any) -> tuple[spy.Tensor, spy.Tensor]:
+        who = self.name
+        if not isinstance(pred, spy.Tensor):
+            raise ValueError(f"{who}: pred must be a slangpy.Tensor (a module's output), got {type(pred).__name__}")
+        shape = tuple(pred.shape)
+        if str(pred.dtype.full_name) != "float":
+            raise ValueError(f"{who}: pred must be a float32 tensor, got dtype '{pred.dtype.full_name}'")
+        if pred.grad_out is None:
+            raise ValueError(f"{who}: pred carries no gradient buffer to write dLoss/dpred into; pass a module's output "
+                             "or a tensor made with .with_grads()")
+        if not pred.is_contiguous() or not pred.grad.is_contiguous():
+            raise ValueError(f"{who}: pred (and its gradient) must be contiguous, got strides {tuple(pred.strides)}")
+        count = int(np.prod(shape))
+        if count < 1 or count > MAX_ELEMENTS:
+            raise ValueError(f"{who}: pred must have between 1 and 2^31 - 1 elements, got shape {shape}")
+        if isinstance(target, np.ndarray):
+            if target.dtype != np.float32:
+                raise ValueError(f"{who}: expected a float32 target of shape {shape}, got a numpy array of dtype "
+                                 f"{target.dtype}; convert it with target.astype(np.float32)")
+            if tuple(target.shape) != shape:
+                raise ValueError(f"{who}: target has shape {tuple(target.shape)}, expected {shape} (the shape of pred)")
+            finite = np.isfinite(target)
+            if not finite.all():
+                first = tuple(int(i) for i in np.argwhere(~finite)[0])
+                raise ValueError(f"{who}: target contains {int(target.size - finite.sum())} non-finite value(s) (NaN "
+                                 f"or Inf), the first at index {first}; only finite targets are allowed")
+            return pred, spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(target))
+        if isinstance(target, spy.Tensor):
+            if str(target.dtype.full_name) != "float":
+                raise ValueError(f"{who}: target must be a float32 tensor, got dtype '{target.dtype.full_name}'")
+            if tuple(target.shape) != shape:
+                raise ValueError(f"{who}: target has shape {tuple(target.shape)}, expected {shape} (the shape of pred)")
+            if not target.is_contiguous():
+                raise ValueError(f"{who}: target must be contiguous, got strides {tuple(target.strides)}")
+            return pred, target
+        raise ValueError(f"{who}: target must be a slangpy.Tensor or a float32 numpy array, got {type(target).__name__}")
+
+    def __repr__(self) -> str:
+        return f"{self.name}()"
+
+
+class MSELoss(Loss):
+    """mean((pred - target)^2); dLoss/dpred = 2 (pred - target) / count."""
+
+    entry_point = "mse_loss"
+
+
+class L1Loss(Loss):
+    """mean(|pred - target|); dLoss/dpred = sign(pred - target) / count (0 where equal, as torch)."""
+
+    entry_point = "l1_loss"
+
+
+class HuberLoss(Loss):
+    """torch.nn.HuberLoss: mean of 0.5 d^2 where |d| < delta, delta (|d| - delta / 2) elsewhere (d = pred - target);
+    dLoss/dpred = clamp(d, -delta, delta) / count. delta > 0."""
+
+    entry_point = "huber_loss"
+
+    def __init__(self, delta: float = 1.0) -> None:
+        self.delta = check_float(delta, "HuberLoss delta", low=0.0, low_inclusive=False)
+        super().__init__()
+
+    @property
+    def param(self) -> float:
+        return self.delta
+
+    def __repr__(self) -> str:
+        return f"HuberLoss(delta={self.delta})"
+
+
+class RelativeL2Loss(Loss):
+    """Instant-NGP's relative L2 (as in NeRF-HDR / tiny-cuda-nn's RelativeL2):
+    mean((pred - target)^2 / (pred^2 + eps)).
+
+    The denominator is treated as a constant for the gradient (a stop-gradient, as tcnn):
+    dLoss/dpred = 2 (pred - target) / (pred^2 + eps) / count, not the full derivative of the quotient.
+    eps > 0.
+    """
+
+    entry_point = "relative_l2_loss"
+
+    def __init__(self, eps: float = 1e-2) -> None:
+        self.eps = check_float(eps, "RelativeL2Loss eps", low=0.0, low_inclusive=False)
+        super().__init__()
+
+    @property
+    def param(self) -> float:
+        return self.eps
+
+    def __repr__(self) -> str:
+        return f"RelativeL2Loss(eps={self.eps})"
