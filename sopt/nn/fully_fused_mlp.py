@@ -132,9 +132,9 @@ class FullyFusedMLP(Module):
         lines = ["import nn.fully_fused_mlp;"]
         header = '[shader("compute")]\n[numthreads(64, 1, 1)]\n'
         for save in (0, 1):
-            lines.append(f"{header}void forward_{save}(uint3 tid: SV_DispatchThreadID) {{ "
+            lines.append(f"{header}void forward_{save}(uint3 tid: SV_DispatchThreadID, uint lane: SV_GroupIndex) {{ "
                          f"ffmlp_forward<{self.in_features}, {in4}, {h}, {self.out_features}, {L}, {act}, {out_act}, "
-                         f"{save}>(tid.x); }}")
+                         f"{save}>(tid.x, lane); }}")
         names = [f"forward_{s}" for s in (0, 1)]
         for j, (i_pad, i_log, o, _) in enumerate(self.layers):
             gi, to, ti = _tiling(o, i_pad)

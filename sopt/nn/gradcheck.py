@@ -142,7 +142,8 @@ def _check_tensor(label: str, values: np.ndarray, analytic: np.ndarray, evaluate
         scale = max(abs(a), abs(numeric))
         where = f"{label}[{', '.join(str(int(i)) for i in np.unravel_index(index, values.shape))}]"
         ok = err <= atol + rtol * abs(numeric)
-        entries.append(GradcheckEntry(where, a, numeric, err, err / scale if scale > 0 else 0.0, bool(ok)))
+        entries.append(GradcheckEntry(where, a, float(numeric), float(err), float(err / scale) if scale > 0 else 0.0,
+                                      bool(ok)))
     return entries
 
 

@@ -1,0 +1,116 @@
+"""Regression losses: values and the gradients written into pred.grad against numpy (torch semantics),
+one dispatch per evaluation, and bad input rejected before any GPU work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import slangpy as spy
+
+import sopt
+from sopt import device as dev
+from sopt.losses import HuberLoss, L1Loss, MSELoss, RelativeL2Loss
+from sopt.losses.regression import MAX_GROUPS, THREADS
+
+
+def reference(name: str, p: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    """(mean loss, dLoss/dpred) in float64, as torch.nn.functional with reduction='mean'."""
+    p, t = p.astype(np.float64), t.astype(np.float64)
+    d = p - t
+    n = d.size
+    if name == "mse":
+        return float(np.mean(d * d)), 2 * d / n
+    if name == "l1":
+        return float(np.mean(np.abs(d))), np.sign(d) / n
+    if name == "huber":   # delta = 0.5
+        a = np.abs(d)
+        return float(np.mean(np.where(a < 0.5, 0.5 * d * d, 0.5 * (a - 0.25)))), np.clip(d, -0.5, 0.5) / n
+    if name == "relative_l2":   # eps = 0.01, denominator held constant
+        den = p * p + 0.01
+        return float(np.mean(d * d / den)), 2 * d / den / n
+    raise ValueError(name)
+
+
+@pytest.fixture(scope="module")
+def losses():
+    return {"mse": MSELoss(), "l1": L1Loss(), "huber": HuberLoss(delta=0.5), "relative_l2": RelativeL2Loss(eps=0.01)}
+
+
+SHAPES = [(5, 3), (64, 7), (THREADS * MAX_GROUPS + 1001, 1)]   # one group, several, every group looping
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["one-group", "groups", "grid-stride"])
+@pytest.mark.parametrize("name", ["mse", "l1", "huber", "relative_l2"])
+def test_value_and_gradient_match_numpy(losses, name, shape):
+    rng = np.random.default_rng(len(shape) + shape[0])
+    p = rng.normal(size=shape).astype(np.float32)
+    t = rng.normal(size=shape).astype(np.float32)
+    t.ravel()[:3] = p.ravel()[:3]   # d = 0: L1's sign(0) = 0, Huber's quadratic branch
+    value, grad = losses[name].value_and_grad(p, t)
+    ref_value, ref_grad = reference(name, p, t)
+    assert value == pytest.approx(ref_value, rel=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.abs(ref_grad).max())
+
+
+def test_gradient_overwrites_and_value_waits_until_read(losses):
+    device = sopt.get_device()
+    p = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    t = np.zeros((4, 3), np.float32)
+    pred = spy.Tensor.from_numpy(device, p).with_grads()
+    pred.grad.copy_from_numpy(np.full((4, 3), 123.0, np.float32))
+    target = spy.Tensor.from_numpy(device, t)
+    encoder = device.create_command_encoder()
+    before = dev.dispatch_count()
+    value = losses["mse"](pred, target, encoder)
+    assert dev.dispatch_count() == before + 1
+    dev.submit(encoder)
+    assert value.item() == pytest.approx(float(np.mean(p.astype(np.float64) ** 2)), rel=1e-6)
+    np.testing.assert_allclose(pred.grad.to_numpy(), 2 * p / 12, rtol=1e-6)   # 123 is gone, not added to
+
+
+def test_values_are_deterministic_and_independent(losses):
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(50_000, 3)).astype(np.float32)
+    pred = spy.Tensor.from_numpy(sopt.get_device(), p).with_grads()
+    t1, t2 = rng.normal(size=p.shape).astype(np.float32), np.zeros(p.shape, np.float32)
+    v1, v2, v3 = losses["l1"](pred, t1), losses["l1"](pred, t2), losses["l1"](pred, t1)
+    assert v1.item() == v3.item()   # same sum order
+    assert v2.item() == pytest.approx(float(np.mean(np.abs(p.astype(np.float64)))), rel=1e-5)
+
+
+def test_nonfinite_device_target_is_reported_on_read(losses):
+    device = sopt.get_device()
+    pred = spy.Tensor.from_numpy(device, np.zeros((3, 2), np.float32)).with_grads()
+    t = np.zeros((3, 2), np.float32)
+    t[1, 0], t[2, 1] = np.nan, np.inf
+    value = losses["mse"](pred, spy.Tensor.from_numpy(device, t))
+    with pytest.raises(ValueError, match="2 non-finite"):
+        value.item()
+
+
+def rejected(call, *patterns: str) -> None:
+    before = dev.dispatch_count()
+    with pytest.raises(ValueError) as info:
+        call()
+    assert dev.dispatch_count() == before, "GPU work was issued before the check"
+    for p in patterns:
+        assert p in str(info.value), f"{p!r} not in {str(info.value)!r}"
+
+
+def test_bad_input_is_rejected_before_gpu_work(losses):
+    device = sopt.get_device()
+    loss = losses["huber"]
+    pred = spy.Tensor.from_numpy(device, np.zeros((4, 3), np.float32)).with_grads()
+    nan_target = np.zeros((4, 3), np.float32)
+    nan_target[2, 1] = np.nan
+    rejected(lambda: loss(pred, nan_target), "HuberLoss", "1 non-finite", "(2, 1)")
+    rejected(lambda: loss(pred, np.zeros((4, 2), np.float32)), "shape (4, 2), expected (4, 3)")
+    rejected(lambda: loss(pred, np.zeros((4, 3))), "float32", "float64")
+    rejected(lambda: loss(pred, spy.Tensor.from_numpy(device, np.zeros((3, 4), np.float32))), "expected (4, 3)")
+    rejected(lambda: loss(pred, spy.Tensor.from_numpy(device, np.zeros((4, 3), np.int32))), "'int'")
+    rejected(lambda: loss(pred.detach(), np.zeros((4, 3), np.float32)), "no gradient buffer")
+    rejected(lambda: loss(np.zeros((4, 3), np.float32), np.zeros((4, 3), np.float32)), "slangpy.Tensor")
+    with pytest.raises(ValueError, match="delta"):
+        HuberLoss(delta=-1.0)
+    with pytest.raises(ValueError, match="eps"):
+        RelativeL2Loss(eps=0.0)
