@@ -9,9 +9,16 @@ Contract:
   may reuse ``y``'s storage between calls with the same N (no allocation per step).
 - ``backward(x, y, encoder=None)``: given ``dL/dy`` in ``y.grad``, accumulates ``dL/dparam`` into every
   Parameter's gradient and, when ``x`` carries a gradient buffer, writes ``dL/dx`` into ``x.grad``
-  (overwriting it, so no clearing dispatch is needed). It is ``.bwds`` of the forward kernel.
+  (overwriting it, so no clearing dispatch is needed). ``x`` and ``y`` are those of the same ``forward``
+  call. sopt.nn's layers implement it as ``.bwds`` of a differentiable Slang function computing the
+  forward pass (one whose primal has no side effects, so Slang's re-run of the primal keeps only what
+  the derivatives read), plus the reductions their parameter gradients need.
 - ``parameters()``: the Parameters, in a fixed order; ``named_parameters()``: (name, Parameter) pairs.
-- ``in_features`` / ``out_features``: the sizes of the last dimension in and out.
+- ``in_features`` / ``out_features``: the sizes of the last dimension in and out; None for a module that
+  accepts any size and preserves it (the element-wise activations).
+
+Bad input (wrong feature count, a dtype other than float32, a non-2D batch) raises ValueError naming what
+was expected and what came, before any GPU work (sopt.nn.batch.as_batch).
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from sopt.parameter import Parameter
 
 
 class Module:
-    in_features: int
-    out_features: int
+    in_features: int | None
+    out_features: int | None
 
     def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         raise NotImplementedError
