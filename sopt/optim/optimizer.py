@@ -84,6 +84,7 @@ class Optimizer:
         self._skipped_seen = 0
         self._update = dev.load_kernel(self.kernel_module, self.kernel_entry)
         self._stats = dev.load_kernel("optim/optimizer", "grad_stats")
+        self._bound: tuple[dev.BoundKernel, dev.BoundKernel] | None = None
 
     # -- parameter groups ------------------------------------------------------------------------------------
     @staticmethod
@@ -190,9 +191,12 @@ class Optimizer:
             self._layout_key = key
         self._attempts += 1
         buffer = self.arena.buffer
+        if self._bound is None or self._bound[0].kernel is not self._update:
+            self._bound = (dev.BoundKernel(self._stats, ctl=self._ctl), dev.BoundKernel(self._update, ctl=self._ctl))
+        stats, update = self._bound
         if self.uses_stats_pass:
-            dev.dispatch(self._stats, self._n_stat_groups() * THREADS, encoder, arena=buffer, ctl=self._ctl)
-        dev.dispatch(self._update, self.arena.n_vec, encoder, arena=buffer, ctl=self._ctl, attempts=self._attempts)
+            stats.set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
+        update.set(arena=buffer, attempts=self._attempts).dispatch(self.arena.n_vec, encoder)
         if own:
             dev.submit(encoder)
         if self.uses_stats_pass and self.poll_every > 0 and self._attempts % self.poll_every == 0:
