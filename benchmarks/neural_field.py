@@ -8,7 +8,9 @@ For each framework and batch size it prints samples/s, ms/step (wall clock over 
 warm-up, the GPU synchronised at both ends) and the PSNR of the final network on every pixel.
 
 sopt variants:
-* ``sopt fused``: FrequencyEncoding + FullyFusedMLP (fused forward, per-layer backward kernels);
+* ``sopt fused``: FullyFusedMLP with the frequency encoding fused into its kernels (one forward kernel,
+  one backward kernel per layer);
+* ``sopt fused+enc``: the FrequencyEncoding module followed by a FullyFusedMLP;
 * ``sopt layers``: FrequencyEncoding + the ``sopt.nn.MLP`` builder (Linear/ReLU modules, .bwds);
 both driven by ``sopt.train.Trainer.train_step`` (one command buffer per step, GPU batch sampling).
 PyTorch: eager ``nn.Sequential`` of ``nn.Linear``/``nn.ReLU`` with the same initial weights as sopt's fused
@@ -78,6 +80,11 @@ def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps
              torch_init: list | None) -> dict[str, Any]:
     targets = image.reshape(-1, 3)
     if kind == "fused":
+        model = FullyFusedMLP(2, 3, HIDDEN, LAYERS, activation="relu",
+                              encoding={"otype": "Frequency", "n_frequencies": N_FREQS}, seed=0)
+        if torch_init is not None:
+            model.load_layers(torch_init)
+    elif kind == "fused+enc":
         mlp = FullyFusedMLP(2 * 2 * N_FREQS, 3, HIDDEN, LAYERS, activation="relu", seed=0)
         if torch_init is not None:
             mlp.load_layers(torch_init)
@@ -149,7 +156,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--batches", default="14,18", help="log2 batch sizes (default 14,18)")
     ap.add_argument("--size", type=int, default=512, help="image side in pixels (default 512)")
-    ap.add_argument("--variants", default="fused,layers,hashgrid,torch")
+    ap.add_argument("--variants", default="fused,fused+enc,hashgrid,torch",
+                    help="comma-separated from fused, fused+enc, layers, hashgrid, torch")
     ap.add_argument("--quick", action="store_true", help="tiny run for a smoke test (64 px, 2^10 batch, 30 steps)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -179,7 +187,7 @@ def main() -> None:
                           for m in net if isinstance(m, torch.nn.Linear)]
             rows.append(run_torch(torch, net, coords, image, batch, timed, args.warmup))
             print(f"  {rows[-1]}", flush=True)
-        for kind in ("fused", "layers", "hashgrid"):
+        for kind in ("fused", "fused+enc", "layers", "hashgrid"):
             if kind in variants:
                 rows.append(run_sopt(kind, coords, image, batch, timed, args.warmup, torch_init))
                 print(f"  {rows[-1]}", flush=True)

@@ -60,14 +60,27 @@ class FullyFusedMLP(Module):
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 3,
-                 activation: str = "relu", output_activation: str = "none", seed: int = 0) -> None:
+                 activation: str = "relu", output_activation: str = "none", encoding: dict | None = None,
+                 seed: int = 0) -> None:
         for name, value in (("in_features", in_features), ("out_features", out_features),
                             ("hidden_features", hidden_features), ("hidden_layers", hidden_layers)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"FullyFusedMLP: {name} must be a positive integer, got {value!r}")
-        if _align4(in_features) > MAX_WIDTH or hidden_features > MAX_WIDTH or out_features > MAX_WIDTH:
-            raise ValueError(f"FullyFusedMLP: in_features (padded to 4), hidden_features and out_features must be <= "
-                             f"{MAX_WIDTH}, got {in_features}, {hidden_features}, {out_features}")
+        self.n_frequencies = 0
+        if encoding is not None:
+            if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
+                    set(encoding) - {"otype", "n_frequencies"}:
+                raise ValueError("FullyFusedMLP: encoding must be None or {'otype': 'Frequency', 'n_frequencies': F}, "
+                                 f"got {encoding!r}")
+            self.n_frequencies = encoding.get("n_frequencies", 12)
+            if isinstance(self.n_frequencies, bool) or not isinstance(self.n_frequencies, int) or \
+                    not 1 <= self.n_frequencies <= 24:
+                raise ValueError(f"FullyFusedMLP: n_frequencies must be an integer in [1, 24], got {self.n_frequencies!r}")
+        encoded = in_features * 2 * self.n_frequencies if self.n_frequencies else in_features
+        self.encoded_features = encoded
+        if _align4(encoded) > MAX_WIDTH or hidden_features > MAX_WIDTH or out_features > MAX_WIDTH:
+            raise ValueError(f"FullyFusedMLP: the (encoded) input width padded to 4, hidden_features and out_features "
+                             f"must be <= {MAX_WIDTH}, got {encoded}, {hidden_features}, {out_features}")
         if hidden_features % 4:
             raise ValueError(f"FullyFusedMLP: hidden_features must be a multiple of 4, got {hidden_features}")
         for name, value in (("activation", activation), ("output_activation", output_activation)):
@@ -81,8 +94,8 @@ class FullyFusedMLP(Module):
         self.layers: list[tuple[int, int, int, int]] = []
         offset = 0
         for j in range(hidden_layers + 1):
-            i_log = in_features if j == 0 else hidden_features
-            i_pad = _align4(in_features) if j == 0 else hidden_features
+            i_log = encoded if j == 0 else hidden_features
+            i_pad = _align4(encoded) if j == 0 else hidden_features
             o = out_features if j == hidden_layers else hidden_features
             self.layers.append((i_pad, i_log, o, offset))
             offset += _align4(o * i_pad + o)
@@ -97,6 +110,7 @@ class FullyFusedMLP(Module):
         self.params = Parameter(flat, name="params")
         self._kernels: dict[str, spy.ComputeKernel] | None = None
         self._buffers: dict[int, dict[str, spy.Tensor]] = {}
+        self._bound: dict[tuple, dev.BoundKernel] = {}
 
     # -- parameters ----------------------------------------------------------------------------------------------
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
@@ -128,12 +142,13 @@ class FullyFusedMLP(Module):
             return self._kernels
         act, out_act = ACTIVATIONS[self.activation], ACTIVATIONS[self.output_activation]
         h, L = self.hidden_features, self.hidden_layers
-        in4 = _align4(self.in_features)
+        raw, freqs, enc = self.in_features, self.n_frequencies, self.encoded_features
+        in4 = _align4(enc)
         lines = ["import nn.fully_fused_mlp;"]
         header = '[shader("compute")]\n[numthreads(64, 1, 1)]\n'
         for save in (0, 1):
             lines.append(f"{header}void forward_{save}(uint3 tid: SV_DispatchThreadID, uint lane: SV_GroupIndex) {{ "
-                         f"ffmlp_forward<{self.in_features}, {in4}, {h}, {self.out_features}, {L}, {act}, {out_act}, "
+                         f"ffmlp_forward<{raw}, {freqs}, {enc}, {in4}, {h}, {self.out_features}, {L}, {act}, {out_act}, "
                          f"{save}>(tid.x, lane); }}")
         names = [f"forward_{s}" for s in (0, 1)]
         for j, (i_pad, i_log, o, _) in enumerate(self.layers):
@@ -142,11 +157,11 @@ class FullyFusedMLP(Module):
             for want_dx in (0, 1):
                 name = f"backward_{j}_{want_dx}"
                 lines.append(f"{header}void {name}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
-                             f"ffmlp_backward<{i_pad}, {i_log}, {o}, {act_o}, {act}, {int(j == 0)}, {want_dx}, "
+                             f"ffmlp_backward<{i_pad}, {i_log}, {raw}, {freqs}, {o}, {act_o}, {act}, {int(j == 0)}, {want_dx}, "
                              f"{gi}, {to}, {ti}>(lane, gid.x); }}")
                 names.append(name)
         device = dev.get_device()
-        key = f"ffmlp_{self.in_features}_{h}_{self.out_features}_{L}_{act}_{out_act}"
+        key = f"ffmlp_{raw}_{freqs}_{h}_{self.out_features}_{L}_{act}_{out_act}"
         module = device.load_module_from_source(key, "\n".join(lines))
         kernels = {}
         for name in names:
@@ -184,14 +199,24 @@ class FullyFusedMLP(Module):
         return int(x.shape[0])
 
     # -- forward / backward ---------------------------------------------------------------------------------------
+    def _kernel(self, name: str, n: int, x: spy.Tensor) -> dev.BoundKernel:
+        """The bound kernel ``name`` for batch size n and input x (arguments that never change set once)."""
+        key = (name, n, id(x.storage), x.offset)
+        bound = self._bound.get(key)
+        if bound is None:
+            if len(self._bound) > 64:
+                self._bound.clear()
+            b = self._batch_buffers(n)
+            bound = dev.BoundKernel(self._compile()[name], mlp_x=x.storage, x_off=x.offset, n_rows=n,
+                                    mlp_saved=b["saved"].storage, saved_off=b["saved"].offset)
+            self._bound[key] = bound
+        return bound
+
     def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         n = self._check_input(x)
-        kernels = self._compile()
-        b = self._batch_buffers(n)
-        y, p = b["y"], self.params.values
-        dev.dispatch(kernels[f"forward_{int(self.training)}"], n, encoder, mlp_params=p.storage, mlp_x=x.storage,
-                     mlp_saved=b["saved"].storage, mlp_y=y.storage, n_rows=n, params_off=p.offset, x_off=x.offset,
-                     y_off=y.offset, saved_off=b["saved"].offset)
+        y, p = self._batch_buffers(n)["y"], self.params.values
+        self._kernel(f"forward_{int(self.training)}", n, x).set(
+            mlp_params=p.storage, params_off=p.offset, mlp_y=y.storage, y_off=y.offset).dispatch(n, encoder)
         return y
 
     def backward(self, x: spy.Tensor, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -201,7 +226,6 @@ class FullyFusedMLP(Module):
         b = self._buffers.get(n)
         if b is None or y is not b["y"]:
             raise ValueError("FullyFusedMLP.backward: y must be the tensor forward() returned for this batch size")
-        kernels = self._compile()
         p, g = self.params.values, self.params.grad
         h, L = self.hidden_features, self.hidden_layers
         want_input_grad = x.grad_out is not None
@@ -212,7 +236,7 @@ class FullyFusedMLP(Module):
         if own:
             encoder = dev.get_device().create_command_encoder()
         for j in range(L, -1, -1):
-            i_pad, i_log, o, off = self.layers[j]
+            off = self.layers[j][3]
             if j > 0:
                 out = ping[j % 2]
                 dx, dx_off, want_dx = out.storage, out.offset, 1
@@ -220,11 +244,10 @@ class FullyFusedMLP(Module):
                 dx, dx_off, want_dx = x.grad.storage, x.grad.offset, 1
             else:
                 dx, dx_off, want_dx = ping[0].storage, 0, 0
-            dev.dispatch(kernels[f"backward_{j}_{want_dx}"], n_groups * TPB, encoder,
-                         mlp_params=p.storage, mlp_grads=g.storage, mlp_x=x.storage, mlp_saved=b["saved"].storage,
-                         mlp_dy=dy, mlp_dx=dx, n_rows=n, params_off=p.offset, grads_off=g.offset, x_off=x.offset,
-                         dy_off=dy_off, dx_off=dx_off, saved_off=b["saved"].offset, layer_param_off=off,
-                         layer_z_off=n * h * j, prev_z_off=n * h * (j - 1) if j > 0 else 0, n_groups=n_groups)
+            self._kernel(f"backward_{j}_{want_dx}", n, x).set(
+                mlp_params=p.storage, mlp_grads=g.storage, mlp_dy=dy, mlp_dx=dx, params_off=p.offset,
+                grads_off=g.offset, dy_off=dy_off, dx_off=dx_off, layer_param_off=off, layer_z_off=n * h * j,
+                prev_z_off=n * h * (j - 1) if j > 0 else 0, n_groups=n_groups).dispatch(n_groups * TPB, encoder)
             dy, dy_off = dx, dx_off
         if own:
             dev.submit(encoder)
