@@ -230,7 +230,7 @@ class FullyFusedMLP(Module):
         h, L = self.hidden_features, self.hidden_layers
         want_input_grad = x.grad_out is not None
         n_groups = max(1, min(_MAX_BACKWARD_GROUPS, -(-n // TPB)))
-        dy, dy_off = y.grad.storage, y.grad.offset
+        dy, dy_off, dy_strides = y.grad.storage, y.grad.offset, (self.out_features, 1)
         ping = [b["d0"], b["d1"]]
         own = encoder is None
         if own:
@@ -246,9 +246,10 @@ class FullyFusedMLP(Module):
                 dx, dx_off, want_dx = ping[0].storage, 0, 0
             self._kernel(f"backward_{j}_{want_dx}", n, x).set(
                 mlp_params=p.storage, mlp_grads=g.storage, mlp_dy=dy, mlp_dx=dx, params_off=p.offset,
-                grads_off=g.offset, dy_off=dy_off, dx_off=dx_off, layer_param_off=off, layer_z_off=n * h * j,
+                grads_off=g.offset, dy_off=dy_off, dy_row_stride=dy_strides[0], dy_col_stride=dy_strides[1],
+                dx_off=dx_off, layer_param_off=off, layer_z_off=n * h * j,
                 prev_z_off=n * h * (j - 1) if j > 0 else 0, n_groups=n_groups).dispatch(n_groups * TPB, encoder)
-            dy, dy_off = dx, dx_off
+            dy, dy_off, dy_strides = dx, dx_off, (1, n)   # hidden-layer gradients are feature-major
         if own:
             dev.submit(encoder)
 
