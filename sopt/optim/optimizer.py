@@ -191,7 +191,7 @@ class Optimizer:
             self._layout_key = key
         self._attempts += 1
         buffer = self.arena.buffer
-        if self._bound is None or self._bound[0].kernel is not self._update:
+        if self._bound is None or self._bound[1].kernel is not self._update:
             self._bound = (dev.BoundKernel(self._stats, ctl=self._ctl), dev.BoundKernel(self._update, ctl=self._ctl))
         stats, update = self._bound
         if self.uses_stats_pass:
