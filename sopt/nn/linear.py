@@ -72,18 +72,18 @@ class Linear(Module):
     def _act_params(self) -> spy.float2:
         return spy.float2(*(self.activation.slang_params if self.activation is not None else (0.0, 0.0)))
 
-    def _weights(self, dz: spy.Tensor | None, need_dx: bool) -> dict[str, Any]:
+    def _weights(self, dz: spy.Tensor | None) -> dict[str, Any]:
         """The ``LinearWeights`` of linear.slang (parameter tensors fetched now: they move into an optimiser's arena)."""
         return {"weight": self.weight.values, "bias": self.bias.values if self.bias is not None else dummy(1),
                 "has_bias": int(self.bias is not None), "dz": dz if dz is not None else dummy(2),
-                "write_dz": int(dz is not None), "need_dx": int(need_dx)}
+                "write_dz": int(dz is not None)}
 
     def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         """y (N, out_features) for x (N, in_features); y carries a gradient buffer and is reused for the same N."""
         x = as_batch(x, self.in_features, "Linear")
         n = x.shape[0]
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), self._weights(None, False),
+        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), self._weights(None),
                self._act_params, y)
         return y
 
@@ -96,7 +96,7 @@ class Linear(Module):
         # Without an activation dL/dz = dL/dy: the weight gradient reads y.grad directly.
         dz = self._buffers.get("dz", n, self.out_features) if self.activation is not None else None
         if dz is not None or want_dx:
-            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._weights(dz, want_dx),
+            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._weights(dz),
                    self._act_params, batch_grad(y))
         chunks = -(-n // ROWS_PER_CHUNK)
         launch(self._weight_grad_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz if dz is not None else y.grad,

@@ -52,6 +52,25 @@ def test_value_and_gradient_match_numpy(losses, name, shape):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.abs(ref_grad).max())
 
 
+@pytest.mark.parametrize("name", ["mse", "l1", "huber"])
+def test_seeded_gradient_is_the_derivative_of_the_value(losses, name):
+    # central differences of the GPU loss value itself, at elements away from L1's and Huber's kinks
+    # (RelativeL2's gradient holds its denominator constant by design, so it is not the full derivative)
+    rng = np.random.default_rng(11)
+    p = rng.uniform(-2, 2, size=(6, 4)).astype(np.float32)
+    t = (p + rng.choice([-1.0, 1.0], size=p.shape) * rng.uniform(0.1, 0.4, size=p.shape)).astype(np.float32)
+    t[0, :2] = p[0, :2] + np.float32(1.5)   # Huber's linear branch (|d| > delta = 0.5)
+    _, grad = losses[name].value_and_grad(p, t)
+    eps = 1e-2
+    for index in [(0, 0), (0, 1), (2, 3), (5, 2)]:
+        plus, minus = p.copy(), p.copy()
+        plus[index] += eps
+        minus[index] -= eps
+        h = np.float64(plus[index]) - np.float64(minus[index])
+        numeric = (losses[name].value_and_grad(plus, t)[0] - losses[name].value_and_grad(minus, t)[0]) / h
+        assert grad[index] == pytest.approx(numeric, rel=2e-3, abs=1e-5), index
+
+
 def test_gradient_overwrites_and_value_waits_until_read(losses):
     device = sopt.get_device()
     p = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)

@@ -44,6 +44,9 @@ def test_gradcheck(name):
     module, _ = ACTIVATIONS[name]
     result = gradcheck(module, X, eps=1e-3, n_checks=12)
     assert result.ok, str(result)
+    wide = np.random.default_rng(1).uniform(0.1, 2.0, size=(17, 9)) * np.where(np.arange(9) % 2, 1, -1)
+    result = gradcheck(module, wide, eps=1e-3, n_checks=8)
+    assert result.ok, str(result)
 
 
 def test_torch_conventions_at_kinks_and_extremes():
