@@ -37,11 +37,12 @@ class Loss:
     entry_point: ClassVar[str]
 
     def __init__(self) -> None:
-        self._kernel = dev.load_kernel("losses/regression", self.entry_point)
         self._ring = ResultRing()
-        self._partials = dev.get_device().create_buffer(
+        partials = dev.get_device().create_buffer(
             size=4 * 2 * MAX_GROUPS, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
             data=np.zeros(2 * MAX_GROUPS, np.uint32))
+        # arguments stay bound between evaluations; only those that change are rewritten
+        self._kernel = dev.BoundKernel(dev.load_kernel("losses/regression", self.entry_point), partials=partials)
 
     @property
     def param(self) -> float:
@@ -60,8 +61,8 @@ class Loss:
         args = {"count": count, "pred_offset": pred.offset, "target_offset": target.offset,
                 "grad_offset": pred.grad.offset, "n_groups": groups, "slot": slot, "inv_count": 1.0 / count,
                 "param": self.param}
-        dev.dispatch(self._kernel, groups * THREADS, encoder, args=args, pred=pred.storage, target=target.storage,
-                     pred_grad=pred.grad.storage, partials=self._partials, results=self._ring.buffer)
+        self._kernel.set(args=args, pred=pred.storage, target=target.storage, pred_grad=pred.grad.storage,
+                         results=self._ring.buffer).dispatch(groups * THREADS, encoder)
         return LossValue(self._ring, slot, serial, self.name)
 
     def value_and_grad(self, pred: Any, target: Any) -> tuple[float, np.ndarray]:

@@ -97,6 +97,22 @@ def test_values_are_deterministic_and_independent(losses):
     assert v2.item() == pytest.approx(float(np.mean(np.abs(p.astype(np.float64)))), rel=1e-5)
 
 
+def test_two_evaluations_recorded_into_one_encoder(losses):
+    device = sopt.get_device()
+    p1, p2 = np.full((3, 2), 1.0, np.float32), np.full((5, 1), -2.0, np.float32)
+    pred1 = spy.Tensor.from_numpy(device, p1).with_grads()
+    pred2 = spy.Tensor.from_numpy(device, p2).with_grads()
+    target1 = spy.Tensor.from_numpy(device, np.zeros((3, 2), np.float32))
+    target2 = spy.Tensor.from_numpy(device, np.ones((5, 1), np.float32))
+    encoder = device.create_command_encoder()
+    v1 = losses["mse"](pred1, target1, encoder)
+    v2 = losses["mse"](pred2, target2, encoder)
+    dev.submit(encoder)
+    assert (v1.item(), v2.item()) == (1.0, 9.0)
+    np.testing.assert_allclose(pred1.grad.to_numpy(), np.full((3, 2), 2.0 / 6), rtol=1e-6)
+    np.testing.assert_allclose(pred2.grad.to_numpy(), np.full((5, 1), -6.0 / 5), rtol=1e-6)
+
+
 def test_nonfinite_device_target_is_reported_on_read(losses):
     device = sopt.get_device()
     pred = spy.Tensor.from_numpy(device, np.zeros((3, 2), np.float32)).with_grads()
