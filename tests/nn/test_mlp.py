@@ -55,6 +55,22 @@ def test_whole_mlp_matches_numpy(act, out_act, n_freqs):
         np.testing.assert_allclose(grads[name], rgrads[name], rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+def test_benchmark_shaped_mlp_matches_numpy():
+    # the benchmark's network (frequency encoding -> 3 x 64 ReLU -> 3) over two weight-gradient chunks
+    model = MLP(2, 3, hidden_features=64, hidden_layers=3, activation="relu",
+                encoding={"otype": "Frequency", "n_frequencies": 4}, seed=0)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, size=(600, 2)).astype(np.float32)
+    dy = rng.normal(size=(600, 3)).astype(np.float32)
+    y, dx, grads = vjp(model, x, dy)
+    ry, rdx, rgrads = reference_mlp(model, x, dy, "relu", "none", 4)
+    np.testing.assert_allclose(y, ry, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4 * np.abs(rdx).max())
+    for name in grads:
+        np.testing.assert_allclose(grads[name], rgrads[name], rtol=1e-4, atol=1e-5 * np.abs(rgrads[name]).max(),
+                                   err_msg=name)
+
+
 def test_gradcheck_mlp_with_hash_grid():
     model = MLP(2, 2, hidden_features=8, hidden_layers=1, activation="softplus",
                 encoding={"otype": "HashGrid", "n_levels": 2, "n_features_per_level": 2, "log2_hashmap_size": 4,
