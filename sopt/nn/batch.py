@@ -55,6 +55,8 @@ def _check_shape(shape: tuple[int, ...], features: int | None, who: str, want: s
         raise ValueError(f"{who}: expected {features} features in the last dimension, got shape {shape}")
     if shape[0] < 1:
         raise ValueError(f"{who}: the batch is empty (shape {shape}); N must be >= 1")
+    if shape[1] < 1:
+        raise ValueError(f"{who}: the batch has no features (shape {shape}); F must be >= 1")
     if shape[0] * max(shape[1], 1) > MAX_ELEMENTS:
         raise ValueError(f"{who}: a batch of shape {shape} has more than 2^31 - 1 elements, which SlangPy cannot index")
 

@@ -34,8 +34,10 @@ class Linear(Module):
     such as ``"relu"``, a dict ``{"otype": ..., ...}`` or an Activation instance; see ``make_activation``).
 
     GPU work: forward is one dispatch (a thread per sample). Backward is at most two: the ``.bwds`` of the
-    per-sample function, which writes dL/dx (when x has a gradient buffer) and, with an activation, dL/dz
-    into a per-N buffer (skipped when neither is needed); then the weight and bias gradients as a
+    per-sample function (a hand-written derivative: per output, one load of the weight row serves the
+    recomputed z = W x + b and dL/dx; the activation's derivative comes from Slang's autodiff), which
+    writes dL/dx (when x has a gradient buffer) and, with an activation, dL/dz into a per-N buffer
+    (skipped when neither is needed); then the weight and bias gradients as a
     reduction over the batch (a thread per 4x4 block of (W | b) and chunk of 512 rows, one atomic add per
     weight per chunk). Gradients accumulate into ``weight.grad`` / ``bias.grad``; their sum order over
     chunks is not fixed, so results can differ in the last bits between runs when N > 512.

@@ -65,6 +65,7 @@ def test_other_shapes_and_types(modules):
     rejected(lambda: lin([[1.0, 2.0]]), "slangpy.Tensor or a float32 numpy array", "list")
     relu = ReLU()
     rejected(lambda: relu(np.zeros((2, 2, 2), np.float32)), "(N, F)", "3 dimension(s)")
+    rejected(lambda: relu(np.zeros((2, 0), np.float32)), "no features")
 
 
 def test_backward_with_a_foreign_output(modules):
