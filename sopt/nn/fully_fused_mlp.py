@@ -32,7 +32,7 @@ from sopt.parameter import Parameter
 TPB = 64  # threads per group of every kernel in fully_fused_mlp.slang
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
-_MAX_BACKWARD_GROUPS = 512
+_MAX_BACKWARD_GROUPS = 1024  # enough resident groups to hide latency; one atomic per weight per group
 
 
 def _align4(n: int) -> int:
@@ -216,7 +216,8 @@ class FullyFusedMLP(Module):
         n = self._check_input(x)
         y, p = self._batch_buffers(n)["y"], self.params.values
         self._kernel(f"forward_{int(self.training)}", n, x).set(
-            mlp_params=p.storage, params_off=p.offset, mlp_y=y.storage, y_off=y.offset).dispatch(n, encoder)
+            mlp_params=p.storage, mlp_params4=p.storage, params_off=p.offset, mlp_y=y.storage,
+            y_off=y.offset).dispatch(n, encoder)
         return y
 
     def backward(self, x: spy.Tensor, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -245,7 +246,8 @@ class FullyFusedMLP(Module):
             else:
                 dx, dx_off, want_dx = ping[0].storage, 0, 0
             self._kernel(f"backward_{j}_{want_dx}", n, x).set(
-                mlp_params=p.storage, mlp_grads=g.storage, mlp_dy=dy, mlp_dx=dx, params_off=p.offset,
+                mlp_params=p.storage, mlp_params4=p.storage, mlp_grads=g.storage, mlp_dy=dy, mlp_dx=dx,
+                params_off=p.offset,
                 grads_off=g.offset, dy_off=dy_off, dy_row_stride=dy_strides[0], dy_col_stride=dy_strides[1],
                 dx_off=dx_off, layer_param_off=off, layer_z_off=n * h * j,
                 prev_z_off=n * h * (j - 1) if j > 0 else 0, n_groups=n_groups).dispatch(n_groups * TPB, encoder)
