@@ -4,6 +4,7 @@
 from sopt.nn.activation import (Activation, LeakyReLU, ReLU, Sigmoid, SiLU, Sine, Softplus, Tanh,
                                 make_activation)
 from sopt.nn.frequency import FrequencyEncoding
+from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.nn.gradcheck import GradcheckEntry, GradcheckError, GradcheckResult, gradcheck
 from sopt.nn.hashgrid import HashGridEncoding
 from sopt.nn.linear import Linear
@@ -13,7 +14,7 @@ from sopt.nn.sequential import Sequential
 from sopt.nn.vjp import vjp
 
 __all__ = [
-    "Activation", "FrequencyEncoding", "GradcheckEntry", "GradcheckError", "GradcheckResult", "HashGridEncoding",
+    "Activation", "FrequencyEncoding", "FullyFusedMLP", "GradcheckEntry", "GradcheckError", "GradcheckResult", "HashGridEncoding",
     "LeakyReLU", "Linear", "MLP", "Module", "ReLU", "Sequential", "SiLU", "Sigmoid", "Sine", "Softplus", "Tanh",
     "gradcheck", "make_activation", "make_encoding", "vjp",
 ]
