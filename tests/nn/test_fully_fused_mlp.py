@@ -54,6 +54,7 @@ def rel(a, b):
     (3, 0, 8, 2, 1, "relu", "none", 70),
     (2, 3, 8, 3, 2, "relu", "sigmoid", 100),
     (5, 0, 12, 4, 3, "tanh", "none", 130),
+    (3, 2, 32, 3, 2, "relu", "none", 150),   # register tiles of 4 x 4: the float4 staging reads
 ])
 def test_matches_float64_mlp(in_f, freqs, hidden, out_f, layers, act, out_act, n):
     rng = np.random.default_rng(n)
