@@ -28,6 +28,7 @@ from typing import Any, Iterable
 import slangpy as spy
 from tqdm.auto import tqdm
 
+from sopt import checkpoint
 from sopt import device as dev
 from sopt.train.callback import Callback
 from sopt.validation import check_int
@@ -275,8 +276,6 @@ class Trainer:
     def restore(self, path: str) -> dict[str, Any]:
         """Load a checkpoint written by :class:`~sopt.train.Checkpoint` into the model, optimiser and scheduler
         and continue from its step; returns the checkpoint's ``extra`` (``step``, ``metrics``)."""
-        from sopt import checkpoint
-
         extra = checkpoint.load(path, parameters=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
         if not isinstance(extra, dict) or "step" not in extra:
             raise ValueError(f"checkpoint {str(path)!r} was not written by sopt.train.Checkpoint (no 'step' in extra)")
