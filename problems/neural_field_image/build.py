@@ -8,10 +8,32 @@ from sopt import losses, nn, optim
 from sopt.optim import lr_scheduler
 
 
-def build_model(config: dict[str, Any]) -> nn.MLP:
-    """encoding + network sections -> an MLP from (x, y) to RGB, its encoding as module 0 (none for "Identity")."""
+def _fused_activation(name: Any) -> str:
+    """A config activation name ("ReLU", "None", "LeakyReLU", ...) as FullyFusedMLP spells it."""
+    names = {k.replace("_", ""): k for k in nn.fully_fused_mlp.ACTIVATIONS}
+    key = str(name).lower().replace("_", "")
+    if key not in names:
+        raise ValueError(f"FullyFusedMLP activation must be one of {sorted(nn.fully_fused_mlp.ACTIVATIONS)}, got {name!r}")
+    return names[key]
+
+
+def build_model(config: dict[str, Any]) -> nn.Module:
+    """encoding + network sections -> a model from (x, y) to RGB.
+
+    "MLP": sopt.nn.MLP (a Sequential of fused Linear layers, the encoding as module 0; none for "Identity").
+    "FullyFusedMLP": sopt.nn.FullyFusedMLP (one kernel per pass; a Frequency encoding is fused into it, a
+    HashGrid encoding runs before it in a Sequential).
+    """
     net = config["network"]
     encoding = None if config["encoding"]["otype"] == "Identity" else config["encoding"]
+    if net["otype"] == "FullyFusedMLP":
+        fused = dict(hidden_features=net.get("n_neurons", 64), hidden_layers=net.get("n_hidden_layers", 2),
+                     activation=_fused_activation(net.get("activation", "ReLU")),
+                     output_activation=_fused_activation(net.get("output_activation", "None")), seed=config["seed"])
+        if encoding is None or encoding["otype"] == "Frequency":
+            return nn.FullyFusedMLP(2, 3, encoding=encoding, **fused)
+        grid = nn.make_encoding(encoding, 2, seed=config["seed"])
+        return nn.Sequential(grid, nn.FullyFusedMLP(grid.out_features, 3, **fused))
     return nn.MLP(2, 3, hidden_features=net.get("n_neurons", 64), hidden_layers=net.get("n_hidden_layers", 2),
                   activation=net.get("activation", "ReLU"), output_activation=net.get("output_activation", "None"),
                   encoding=encoding, seed=config["seed"])

@@ -101,3 +101,17 @@ def test_problem_cli_rejects_bad_input(tmp_path, capsys) -> None:
         load_config(lr=0.1)
     with pytest.raises(ValueError, match="config loss.otype must be one of"):
         load_config(loss={"otype": "L3"})
+
+
+def test_problem_builds_the_configured_network() -> None:
+    fused = build_model(load_config(network={"otype": "FullyFusedMLP", "n_neurons": 32, "activation": "LeakyReLU"}))
+    assert isinstance(fused, nn.FullyFusedMLP) and fused.n_frequencies == DEFAULT_CONFIG["encoding"]["n_frequencies"]
+    assert fused.activation == "leaky_relu" and fused.output_activation == "none"
+    grid = build_model(load_config(network={"otype": "FullyFusedMLP", "n_neurons": 32},
+                                   encoding={"otype": "HashGrid", "n_levels": 4, "log2_hashmap_size": 10}))
+    assert isinstance(grid, nn.Sequential)
+    assert [type(m).__name__ for m in grid.modules] == ["HashGridEncoding", "FullyFusedMLP"]
+    with pytest.raises(ValueError, match="FullyFusedMLP activation must be one of .* got 'Swish'"):
+        build_model(load_config(network={"otype": "FullyFusedMLP", "activation": "Swish"}))
+    layered = build_model(load_config())
+    assert isinstance(layered, nn.MLP) and len(layered.layers) == DEFAULT_CONFIG["network"]["n_hidden_layers"] + 1
