@@ -3,7 +3,7 @@
 A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters:
 
 1. ``grad_stats`` (only when ``max_grad_norm`` is set or ``skip_nonfinite`` is on): the global gradient norm
-   ``||g||_2`` and the count of non-finite gradient elements, reduced on the GPU. It decides on the GPU
+   ``||g||_2`` and the count of float4 gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU
    whether this step is skipped (any NaN/Inf) and the clip coefficient
    ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_).
 2. the optimiser's update kernel: reads each gradient, writes zero in its place (zero-on-step) and, unless
