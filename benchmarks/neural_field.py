@@ -30,8 +30,8 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+import slangpy as spy
 
-import sopt
 from sopt import device as dev
 from sopt.data.image import generated_image, pixel_coordinates
 from sopt.losses import MSELoss
@@ -61,7 +61,6 @@ def sopt_eval_psnr(model: Any, coords: Any, image: np.ndarray) -> float:
 
 
 def sopt_tensor(a: np.ndarray) -> Any:
-    import slangpy as spy
     return spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(a, np.float32))
 
 

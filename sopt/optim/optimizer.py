@@ -72,10 +72,8 @@ class Optimizer:
         self.skip_nonfinite = bool(skip_nonfinite)
         self.poll_every = int(poll_every)
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
-        needed = [n for n in self.state_names if n in self.required_states()]
         self.arena = ParameterArena([g["params"] for g in self.param_groups], [])
-        for name in needed:
-            self._add_state(name)
+        self._ensure_states()
         device = dev.get_device()
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
                                          usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
@@ -133,6 +131,13 @@ class Optimizer:
         raise NotImplementedError
 
     # -- state slots and the control buffer ------------------------------------------------------------------------
+    def _ensure_states(self, also: Iterable[str] = ()) -> None:
+        """Allocate the state slots the current hyperparameters need (and ``also``), in the kernel's order."""
+        needed = self.required_states() | set(also)
+        for name in self.state_names:
+            if name in needed and name not in self._slots:
+                self._add_state(name)
+
     def _add_state(self, name: str) -> None:
         per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)
                      for g in self.param_groups for p in g["params"]]
@@ -178,9 +183,7 @@ class Optimizer:
         With ``encoder`` the dispatches are recorded into it (the caller submits); otherwise they are
         submitted now. The host does not wait for the GPU.
         """
-        for name in self.state_names:
-            if name not in self._slots and name in self.required_states():
-                self._add_state(name)
+        self._ensure_states()
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
@@ -275,9 +278,7 @@ class Optimizer:
         unknown = names - set(self.state_names)
         if unknown:
             raise ValueError(f"state_dict has state(s) {sorted(unknown)}; {type(self).__name__} keeps {self.state_names}")
-        for name in self.state_names:
-            if name not in self._slots and (name in names or name in self.required_states()):
-                self._add_state(name)
+        self._ensure_states(names)
         for name in names:
             arrays = [state[i][name] if name in state.get(i, {}) else np.zeros(p.shape) for i, p in enumerate(params)]
             self._state_tensor(name).copy_from_numpy(self.arena.join(arrays))
