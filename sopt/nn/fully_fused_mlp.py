@@ -29,23 +29,32 @@ from sopt import device as dev
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 
-TPB = 64  # threads per group of every kernel in fully_fused_mlp.slang
+NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
+TS = 64  # samples per tile
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
-_MAX_BACKWARD_GROUPS = 1024  # enough resident groups to hide latency; one atomic per weight per group
+_MAX_BACKWARD_GROUPS = 512  # resident groups that hide latency; one atomic per weight per group
 
 
 def _align4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def _tiling(o: int, i: int) -> tuple[int, int, int]:
-    """(GI, TO, TI): a GO x GI grid of threads (GO * GI = TPB) over an o x i weight, TO x TI entries each."""
-    gi = 1
-    while gi * 2 <= min(i, TPB) and (o >= 8 and gi * 2 <= 8 or o < 8):
-        gi *= 2
-    go = TPB // gi
-    return gi, -(-o // go), -(-i // gi)
+def _samples_per_thread(c4: int) -> int:
+    """RN: samples per thread in a (c4 columns) x TS tile product, so that the product needs <= NT threads."""
+    rn = 1
+    while (TS // rn) * (c4 // 4) > NT:
+        rn *= 2
+    return rn
+
+
+def _inputs_per_thread(o4: int, i4: int) -> int:
+    """RI: inputs per thread in the o4 x i4 weight-gradient block grid (4 outputs each, <= NT threads)."""
+    q = i4 // 4
+    m = 1
+    while q % m or (o4 // 4) * (q // m) > NT:
+        m += 1
+    return 4 * m
 
 
 class FullyFusedMLP(Module):
@@ -141,27 +150,27 @@ class FullyFusedMLP(Module):
         if self._kernels is not None:
             return self._kernels
         act, out_act = ACTIVATIONS[self.activation], ACTIVATIONS[self.output_activation]
-        h, L = self.hidden_features, self.hidden_layers
-        raw, freqs, enc = self.in_features, self.n_frequencies, self.encoded_features
-        in4 = _align4(enc)
+        h, L, out = self.hidden_features, self.hidden_layers, self.out_features
+        raw, freqs = self.in_features, self.n_frequencies
+        in4, out4 = _align4(self.encoded_features), _align4(out)
         lines = ["import nn.fully_fused_mlp;"]
-        header = '[shader("compute")]\n[numthreads(64, 1, 1)]\n'
+        header = f'[shader("compute")]\n[numthreads({NT}, 1, 1)]\n'
         for save in (0, 1):
-            lines.append(f"{header}void forward_{save}(uint3 tid: SV_DispatchThreadID, uint lane: SV_GroupIndex) {{ "
-                         f"ffmlp_forward<{raw}, {freqs}, {enc}, {in4}, {h}, {self.out_features}, {L}, {act}, {out_act}, "
-                         f"{save}>(tid.x, lane); }}")
+            lines.append(f"{header}void forward_{save}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
+                         f"ffmlp_forward<{raw}, {freqs}, {in4}, {h}, {out}, {out4}, {L}, {act}, {out_act}, {save}, "
+                         f"{_samples_per_thread(h)}, {_samples_per_thread(out4)}>(gid.x, lane); }}")
         names = [f"forward_{s}" for s in (0, 1)]
         for j, (i_pad, i_log, o, _) in enumerate(self.layers):
-            gi, to, ti = _tiling(o, i_pad)
             act_o = out_act if j == L else act
-            for want_dx in (0, 1):
+            for want_dx in ((0, 1) if j == 0 else (1,)):
                 name = f"backward_{j}_{want_dx}"
                 lines.append(f"{header}void {name}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
-                             f"ffmlp_backward<{i_pad}, {i_log}, {raw}, {freqs}, {o}, {act_o}, {act}, {int(j == 0)}, {want_dx}, "
-                             f"{gi}, {to}, {ti}>(lane, gid.x); }}")
+                             f"ffmlp_backward<{i_pad}, {i_log}, {raw}, {freqs}, {o}, {_align4(o)}, {act_o}, {act}, "
+                             f"{int(j == L)}, {int(j == 0)}, {want_dx}, {_samples_per_thread(i_pad)}, "
+                             f"{_inputs_per_thread(_align4(o), i_pad)}>(gid.x, lane); }}")
                 names.append(name)
         device = dev.get_device()
-        key = f"ffmlp_{raw}_{freqs}_{h}_{self.out_features}_{L}_{act}_{out_act}"
+        key = f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{act}_{out_act}"
         module = device.load_module_from_source(key, "\n".join(lines))
         kernels = {}
         for name in names:
@@ -171,15 +180,18 @@ class FullyFusedMLP(Module):
         return kernels
 
     def _batch_buffers(self, n: int) -> dict[str, spy.Tensor]:
+        """Per-batch-size buffers: y (n x out), the saved pre-activations and two dL/dz scratch buffers,
+        feature-major with rows of n_pad = n rounded up to the tile size."""
         buffers = self._buffers.get(n)
         if buffers is None:
             device = dev.get_device()
             h, L = self.hidden_features, self.hidden_layers
+            n_pad = -(-n // TS) * TS
             buffers = {
                 "y": spy.Tensor.zeros(device, (n, self.out_features), "float").with_grads(zero=True),
-                "saved": spy.Tensor.zeros(device, (n * (h * L + self.out_features),), "float"),
-                "d0": spy.Tensor.zeros(device, (n * h,), "float"),
-                "d1": spy.Tensor.zeros(device, (n * h,), "float"),
+                "saved": spy.Tensor.zeros(device, (n_pad * (h * L + self.out_features),), "float"),
+                "d0": spy.Tensor.zeros(device, (n_pad * h,), "float"),
+                "d1": spy.Tensor.zeros(device, (n_pad * h,), "float"),
             }
             if len(self._buffers) >= 4:
                 self._buffers.pop(next(iter(self._buffers)))
@@ -208,7 +220,8 @@ class FullyFusedMLP(Module):
                 self._bound.clear()
             b = self._batch_buffers(n)
             bound = dev.BoundKernel(self._compile()[name], mlp_x=x.storage, x_off=x.offset, n_rows=n,
-                                    mlp_saved=b["saved"].storage, saved_off=b["saved"].offset)
+                                    n_pad=-(-n // TS) * TS, mlp_saved=b["saved"].storage,
+                                    saved_off=b["saved"].offset)
             self._bound[key] = bound
         return bound
 
@@ -216,8 +229,7 @@ class FullyFusedMLP(Module):
         n = self._check_input(x)
         y, p = self._batch_buffers(n)["y"], self.params.values
         self._kernel(f"forward_{int(self.training)}", n, x).set(
-            mlp_params=p.storage, mlp_params4=p.storage, params_off=p.offset, mlp_y=y.storage,
-            y_off=y.offset).dispatch(n, encoder)
+            mlp_params4=p.storage, params_off=p.offset, mlp_y=y.storage, y_off=y.offset).dispatch(-(-n // TS) * NT, encoder)
         return y
 
     def backward(self, x: spy.Tensor, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -230,28 +242,22 @@ class FullyFusedMLP(Module):
         p, g = self.params.values, self.params.grad
         h, L = self.hidden_features, self.hidden_layers
         want_input_grad = x.grad_out is not None
-        n_groups = max(1, min(_MAX_BACKWARD_GROUPS, -(-n // TPB)))
-        dy, dy_off, dy_strides = y.grad.storage, y.grad.offset, (self.out_features, 1)
-        ping = [b["d0"], b["d1"]]
+        n_groups = max(1, min(_MAX_BACKWARD_GROUPS, -(-n // TS)))
+        scratch = [b["d0"], b["d1"]]
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
         for j in range(L, -1, -1):
-            off = self.layers[j][3]
-            if j > 0:
-                out = ping[j % 2]
-                dx, dx_off, want_dx = out.storage, out.offset, 1
-            elif want_input_grad:
-                dx, dx_off, want_dx = x.grad.storage, x.grad.offset, 1
-            else:
-                dx, dx_off, want_dx = ping[0].storage, 0, 0
+            dz = scratch[(j + 1) % 2]   # written by layer j + 1 (unused by the output layer)
+            dzp = scratch[j % 2]
+            want_dx = 1 if j > 0 else int(want_input_grad)
+            dx = x.grad if want_input_grad else dzp
             self._kernel(f"backward_{j}_{want_dx}", n, x).set(
-                mlp_params=p.storage, mlp_params4=p.storage, mlp_grads=g.storage, mlp_dy=dy, mlp_dx=dx,
-                params_off=p.offset,
-                grads_off=g.offset, dy_off=dy_off, dy_row_stride=dy_strides[0], dy_col_stride=dy_strides[1],
-                dx_off=dx_off, layer_param_off=off, layer_z_off=n * h * j,
-                prev_z_off=n * h * (j - 1) if j > 0 else 0, n_groups=n_groups).dispatch(n_groups * TPB, encoder)
-            dy, dy_off, dy_strides = dx, dx_off, (1, n)   # hidden-layer gradients are feature-major
+                mlp_params4=p.storage, params_off=p.offset, mlp_grads=g.storage, grads_off=g.offset,
+                mlp_dy=y.grad.storage, dy_off=y.grad.offset, dy_row_stride=self.out_features, dy_col_stride=1,
+                mlp_dz=dz.storage, dz_off=dz.offset, mlp_dzp=dzp.storage, dzp_off=dzp.offset,
+                mlp_dx=dx.storage, dx_off=dx.offset, layer_param_off=self.layers[j][3], layer_z_row=h * j,
+                prev_z_row=h * (j - 1) if j > 0 else 0, n_groups=n_groups).dispatch(n_groups * NT, encoder)
         if own:
             dev.submit(encoder)
 

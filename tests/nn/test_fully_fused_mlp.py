@@ -54,13 +54,18 @@ def rel(a, b):
     (3, 0, 8, 2, 1, "relu", "none", 70),
     (2, 3, 8, 3, 2, "relu", "sigmoid", 100),
     (5, 0, 12, 4, 3, "tanh", "none", 130),
-    (3, 2, 32, 3, 2, "relu", "none", 150),   # register tiles of 4 x 4: the float4 staging reads
+    (3, 2, 32, 3, 2, "relu", "none", 150),   # 4 samples per thread: float4 tile reads and stores
+    (2, 16, 64, 3, 3, "relu", "none", 200),  # the benchmark's network: 8 samples x 4 columns per thread
+    (2, 0, 60, 5, 2, "tanh", "none", 70),    # 60 = 4 x 15 inputs: weight-gradient blocks of 4 x 12
 ])
-def test_matches_float64_mlp(in_f, freqs, hidden, out_f, layers, act, out_act, n):
+@pytest.mark.parametrize("max_groups", [512, 1])
+def test_matches_float64_mlp(in_f, freqs, hidden, out_f, layers, act, out_act, n, max_groups, monkeypatch):
+    """max_groups = 1: one thread group walks every tile of the backward pass, accumulating across them."""
+    monkeypatch.setattr(sopt.nn.fully_fused_mlp, "_MAX_BACKWARD_GROUPS", max_groups)
     rng = np.random.default_rng(n)
     enc = {"otype": "Frequency", "n_frequencies": freqs} if freqs else None
     m = FullyFusedMLP(in_f, out_f, hidden, layers, activation=act, output_activation=out_act, encoding=enc, seed=n)
-    x = rng.uniform(0, 1, (n, in_f)).astype(np.float32)
+    x = rng.uniform(-1, 1, (n, in_f)).astype(np.float32)   # every quarter turn of the encoding
     xt = spy.Tensor.from_numpy(sopt.get_device(), x).with_grads(zero=True)
     y = m.forward(xt)
     dy = rng.standard_normal((n, out_f)).astype(np.float32)
