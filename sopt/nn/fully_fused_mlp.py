@@ -1,9 +1,16 @@
 """FullyFusedMLP: a multilayer perceptron trained with hand-fused kernels (slang_lib/nn/fully_fused_mlp.slang).
 
-The tiny-cuda-nn idea in float32: the forward pass evaluates every layer in one kernel with each sample's
-activations in registers; the backward pass is one kernel per layer that computes dL/dz, dL/dx = W^T dL/dz
-and the weight gradient dW = sum_n dL/dz_n x_n^T as a reduction over the batch (register tiles per thread
-group, one atomic add per weight per group). Use it where a ``Sequential`` of ``Linear`` layers is too slow.
+The tiny-cuda-nn idea in float32. Samples go in tiles of 64 through thread groups of 128 threads; a tile's
+activations stay in groupshared memory and every layer is a small matrix product there, each thread
+computing a register block of 8 samples x 4 features. The forward pass evaluates every layer (and the
+optional frequency encoding) in one kernel and saves each pre-activation z. The backward pass is one kernel
+per layer, which reads dL/dz of its layer, writes dL/dz of the layer below = (W^T dL/dz) * act'(z below),
+and accumulates dW = sum_n dL/dz_n a_n^T in registers across the tiles its group visits (one atomic add
+per weight per group). An output layer of <= 4 features is folded into the last hidden layer's kernel.
+Use it where a ``Sequential`` of ``Linear`` layers is too slow.
+
+The frequency encoding is tiny-cuda-nn's, sin/cos(2^k pi x), computed with exact argument reduction
+(accurate to float32 rounding even at 2^15 pi x, where sin(float(2^k pi) * x) is off by ~1e-3).
 
 Network, for hidden layers j = 0..L-1 and the output layer L::
 
@@ -33,7 +40,7 @@ NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
-_MAX_BACKWARD_GROUPS = 512  # resident groups that hide latency; one atomic per weight per group
+_MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
 
 
 def _align4(n: int) -> int:
@@ -117,6 +124,9 @@ class FullyFusedMLP(Module):
             flat[off:off + o * i_pad] = w.ravel()
             flat[off + o * i_pad: off + o * i_pad + o] = rng.uniform(-bound, bound, o)
         self.params = Parameter(flat, name="params")
+        # the output layer's backward runs inside the last hidden layer's kernel (no dL/dz round trip through
+        # memory) when it has <= 4 outputs and the last hidden layer is not layer 0
+        self._fold_top = out_features <= 4 and hidden_layers >= 2
         self._kernels: dict[str, spy.ComputeKernel] | None = None
         self._buffers: dict[int, dict[str, spy.Tensor]] = {}
         self._bound: dict[tuple, dev.BoundKernel] = {}
@@ -161,13 +171,16 @@ class FullyFusedMLP(Module):
                          f"{_samples_per_thread(h)}, {_samples_per_thread(out4)}>(gid.x, lane); }}")
         names = [f"forward_{s}" for s in (0, 1)]
         for j, (i_pad, i_log, o, _) in enumerate(self.layers):
+            if self._fold_top and j == L:
+                continue
             act_o = out_act if j == L else act
+            ft = int(self._fold_top and j == L - 1)
             for want_dx in ((0, 1) if j == 0 else (1,)):
                 name = f"backward_{j}_{want_dx}"
                 lines.append(f"{header}void {name}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
                              f"ffmlp_backward<{i_pad}, {i_log}, {raw}, {freqs}, {o}, {_align4(o)}, {act_o}, {act}, "
                              f"{int(j == L)}, {int(j == 0)}, {want_dx}, {_samples_per_thread(i_pad)}, "
-                             f"{_inputs_per_thread(_align4(o), i_pad)}>(gid.x, lane); }}")
+                             f"{_inputs_per_thread(_align4(o), i_pad)}, {ft}, {out}, {out4}, {out_act}>(gid.x, lane); }}")
                 names.append(name)
         device = dev.get_device()
         key = f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{act}_{out_act}"
@@ -247,17 +260,23 @@ class FullyFusedMLP(Module):
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
-        for j in range(L, -1, -1):
+        saved = b["saved"]
+        n_pad = -(-n // TS) * TS
+        for j in range(L - 1 if self._fold_top else L, -1, -1):
             dz = scratch[(j + 1) % 2]   # written by layer j + 1 (unused by the output layer)
+            dz_storage, dz_off = dz.storage, dz.offset
+            if self._fold_top and j == L - 1:   # the output layer folded in: this kernel reads z_{L-1} there
+                dz_storage, dz_off = saved.storage, saved.offset + h * (L - 1) * n_pad
             dzp = scratch[j % 2]
             want_dx = 1 if j > 0 else int(want_input_grad)
             dx = x.grad if want_input_grad else dzp
             self._kernel(f"backward_{j}_{want_dx}", n, x).set(
                 mlp_params4=p.storage, params_off=p.offset, mlp_grads=g.storage, grads_off=g.offset,
                 mlp_dy=y.grad.storage, dy_off=y.grad.offset, dy_row_stride=self.out_features, dy_col_stride=1,
-                mlp_dz=dz.storage, dz_off=dz.offset, mlp_dzp=dzp.storage, dzp_off=dzp.offset,
+                mlp_dz=dz_storage, dz_off=dz_off, mlp_dzp=dzp.storage, dzp_off=dzp.offset,
                 mlp_dx=dx.storage, dx_off=dx.offset, layer_param_off=self.layers[j][3], layer_z_row=h * j,
-                prev_z_row=h * (j - 1) if j > 0 else 0, n_groups=n_groups).dispatch(n_groups * NT, encoder)
+                prev_z_row=h * (j - 1) if j > 0 else 0, n_groups=n_groups, top_param_off=self.layers[L][3],
+                top_z_row=h * L).dispatch(n_groups * NT, encoder)
         if own:
             dev.submit(encoder)
 
