@@ -4,20 +4,25 @@ What is measured
 ----------------
 For each optimiser (SGD with momentum 0.9, Adam, AdamW; lr 1e-3, torch's defaults otherwise) and each problem
 size (one tensor of 1M / 16M / 64M float32 parameters, 1M = 2**20, and a "mixed" model of 100 tensors whose
-sizes are log-uniform in [1K, 1M], fixed seed), four variants are timed in the same process:
+sizes are log-uniform in [1K, 1M], fixed seed), five variants are timed in the same process:
 
 * ``sopt``       -- ``sopt.optim.<Opt>(params, ...)`` with its defaults: ``skip_nonfinite=True`` adds a
-  gradient-statistics pass (non-finite detection) before the update kernel;
+  read-only pass over the gradients (non-finite detection) before the update kernel;
 * ``sopt nochk`` -- the same with ``skip_nonfinite=False``: one update dispatch per step, the semantics of
   torch's fused kernels (which check nothing);
 * ``torch``      -- ``torch.optim.<Opt>(params, ..., fused=True)``, params and grads float32 on CUDA;
 * ``torch+zero`` -- the same, each step being ``opt.step()`` then ``opt.zero_grad(set_to_none=False)`` (with
   ``fused=True`` torch zeroes the gradients in one ``torch._foreach_zero_``), separate tensors and optimiser.
+* ``torch+skip`` -- torch+zero with torch's way to skip a step whose gradients hold a NaN/Inf with a fused optimiser:
+  a ``torch.amp.GradScaler(init_scale=1.0)``, each step being ``scaler.step(opt)`` (a
+  ``_amp_foreach_non_finite_check_and_unscale_`` pass reading and writing every gradient, then the fused step told
+  to do nothing if that pass found one), ``scaler.update()`` and ``opt.zero_grad(set_to_none=False)``: the work
+  sopt's default step does.
 
 sopt gets one optimiser over all the model's Parameters (one flat arena); torch gets the same number of
 tensors (1 or 100) with the same sizes. All variants take the same number of steps.
 
-Two comparisons. sopt's step reads p, g and the state and writes p, the state and zero into every gradient
+Three comparisons. sopt's step reads p, g and the state and writes p, the state and zero into every gradient
 (zero-on-step: the next backward pass accumulates into zero gradients); torch's fused step leaves the gradients
 in place.
 
@@ -27,6 +32,8 @@ in place.
   ``opt.step()`` + ``opt.zero_grad(set_to_none=False)``, after which both have updated parameters and zero
   gradients ready to accumulate into. With torch's default ``zero_grad()`` (``set_to_none=True``) the gradients
   are freed instead and the next backward allocates and writes fresh ones, a cost outside this benchmark.
+* Same work (``speedup vs same work``): sopt's default step, which skips steps with non-finite gradients, against
+  torch+skip, which does the same; and sopt nochk, which checks nothing, against torch+zero, which neither does.
 
 Timing. Every variant first takes ``--warmup`` steps (shader compilation, lazy state allocation), then
 ``--rounds`` rounds of N back-to-back ``step()`` calls followed by one device synchronisation, timed with
@@ -44,6 +51,7 @@ Bytes counted per parameter element per step (float32, 4 bytes each; s = state t
 * torch fused:  reads p, g and the states, writes p and the states       = 4 * (2 + s) + 4 * (1 + s)
   (gradients are left in place);
 * torch+zero:   torch fused plus the memset writing zero into each gradient          = torch fused + 4;
+* torch+skip:   torch+zero plus GradScaler's check, reading and writing each gradient  = torch+zero + 8;
 * sopt nochk:   the same traffic as torch+zero in one kernel: reads p, g and the states, writes p, the states
   and zero into each gradient (sopt's step consumes its gradients)       = 4 * (2 + s) + 4 * (2 + s)
 * sopt default: sopt nochk plus the statistics pass reading every gradient once more  = sopt nochk + 4.
@@ -71,9 +79,10 @@ GPU memory: all four variants of a row are alive together (their rounds interlea
 + 1.25 GiB for torch+zero (the same and a copy of the random gradients), everything freed before the next row;
 the copy measurement (2 x 1 GiB per framework) runs and frees first.
 
-Output: three tables (step times in us, host clock and GPU only; bandwidths and % of copy; the two
-speed-ups), and with ``--json`` everything per row (``speedup_vs_torch`` = bare step, ``speedup_vs_torch_zero``
-= same end state) and the comparisons' descriptions in ``meta.comparisons``.
+Output: three tables (step times in us, host clock and GPU only; bandwidths and % of copy; the three
+comparisons' speed-ups), and with ``--json`` everything per row (``speedup_vs_torch`` = bare step,
+``speedup_vs_torch_zero`` = same end state, ``speedup_vs_torch_skip`` = sopt's same work) and the comparisons'
+descriptions in ``meta.comparisons``.
 
 Runs without torch (torch columns "n/a") and on any SlangPy device sopt supports (``SOPT_DEVICE=cuda|vulkan``);
 ``--quick`` uses tiny sizes and few steps for a smoke test, e.g. on Mesa's lavapipe.
@@ -209,7 +218,8 @@ def bytes_per_element(n_states: int) -> dict[str, int]:
     torch_bytes = BYTES_PER_FLOAT * ((2 + n_states) + (1 + n_states))
     nochk = BYTES_PER_FLOAT * ((2 + n_states) + (2 + n_states))
     return {"sopt": nochk + BYTES_PER_FLOAT, "sopt_nochk": nochk, "torch": torch_bytes,
-            "torch_zero": torch_bytes + BYTES_PER_FLOAT}
+            "torch_zero": torch_bytes + BYTES_PER_FLOAT,
+            "torch_skip": torch_bytes + BYTES_PER_FLOAT + 2 * BYTES_PER_FLOAT}
 
 
 # -- timing helpers --------------------------------------------------------------------------------------------
@@ -313,12 +323,19 @@ class SoptVariant(Variant):
 
 
 class TorchVariant(Variant):
-    """``torch.optim.<Opt>(..., fused=True)``; with ``zero_grad`` each step is ``opt.step()`` followed by
-    ``opt.zero_grad(set_to_none=False)`` (the "torch+zero" variant: sopt's end state, gradients zero)."""
+    """``torch.optim.<Opt>(..., fused=True)``, one of three ways (``name``):
 
-    def __init__(self, spec: OptimizerSpec, model: SizeSpec, device: str, seed: int, zero_grad: bool = False) -> None:
-        self.name = "torch_zero" if zero_grad else "torch"
-        self.zero_grad = zero_grad
+    * ``torch``: ``opt.step()``;
+    * ``torch_zero``: ``opt.step()`` then ``opt.zero_grad(set_to_none=False)`` (sopt's end state, gradients zero);
+    * ``torch_skip``: torch's way to skip steps with non-finite gradients, a ``torch.amp.GradScaler`` with scale 1:
+      ``scaler.step(opt)`` (its ``_amp_foreach_non_finite_check_and_unscale_`` pass, then the fused step, which
+      does nothing when that pass found a NaN/Inf), ``scaler.update()``, then ``opt.zero_grad(set_to_none=False)``
+      -- the work sopt's default step does.
+    """
+
+    def __init__(self, spec: OptimizerSpec, model: SizeSpec, device: str, seed: int, name: str = "torch") -> None:
+        self.name = name
+        self.zero_grad = name in ("torch_zero", "torch_skip")
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         gen = torch.Generator(device=self.device)
@@ -334,9 +351,14 @@ class TorchVariant(Variant):
         # step sees zero gradients. That does not change its timing: torch's fused kernels do the same loads,
         # arithmetic and stores whatever the values (no value-dependent branches; no grad scaler / found_inf
         # here), and the memset writes every byte regardless. Same situation as sopt's zero-on-step.
-        self.grad_src = [p.grad.clone() for p in self.params] if zero_grad else []
+        self.grad_src = [p.grad.clone() for p in self.params] if self.zero_grad else []
         cls = getattr(torch.optim, spec.torch_name)
         self.opt = cls(self.params, **spec.kwargs, fused=True)
+        self.scaler = None
+        if name == "torch_skip":
+            # scale 1 and no growth: only the non-finite check and the skip, no scaling
+            self.scaler = torch.amp.GradScaler(self.device.type, init_scale=1.0, growth_interval=2**30)
+            self.scaler.scale(torch.ones((), device=self.device))   # creates the scale tensor step() needs
         self.model = model
         self.n_states: int | None = None
         self.bytes_per_step = 0  # known after the first step creates the state
@@ -348,7 +370,11 @@ class TorchVariant(Variant):
         self.bytes_per_step = bytes_per_element(self.n_states)[self.name] * self.model.n_params
 
     def _step(self) -> None:
-        self.opt.step()
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
         if self.zero_grad:
             # with fused=True torch zeroes all gradients of a device/dtype in one torch._foreach_zero_ call
             self.opt.zero_grad(set_to_none=False)
@@ -380,11 +406,14 @@ class TorchVariant(Variant):
         return [start.elapsed_time(end) * 1e-3 for start, end in events]
 
     def check(self) -> dict[str, Any]:
-        return {"state_tensors_per_param": self.n_states}
+        info: dict[str, Any] = {"state_tensors_per_param": self.n_states}
+        if self.scaler is not None:   # a skipped step would leave the scale below 1
+            info["grad_scale"] = float(self.scaler.get_scale())
+        return info
 
     def close(self) -> None:
         self.sync()
-        del self.opt, self.params, self.grad_src
+        del self.opt, self.params, self.grad_src, self.scaler
         gc.collect()
         if self.cuda:
             torch.cuda.empty_cache()
@@ -503,8 +532,9 @@ def git_commit() -> str | None:
 
 
 # -- the run -------------------------------------------------------------------------------------------------
-VARIANT_NAMES = ("sopt", "sopt_nochk", "torch", "torch_zero")
-VARIANT_LABELS = {"sopt": "sopt", "sopt_nochk": "nochk", "torch": "torch", "torch_zero": "torch+zero"}
+VARIANT_NAMES = ("sopt", "sopt_nochk", "torch", "torch_zero", "torch_skip")
+VARIANT_LABELS = {"sopt": "sopt", "sopt_nochk": "nochk", "torch": "torch", "torch_zero": "torch+zero",
+                  "torch_skip": "torch+skip"}
 
 # The two comparisons, two sentences each: in the header lines and the JSON's meta (see also the docstring).
 COMPARISONS = {
@@ -518,6 +548,10 @@ COMPARISONS = {
         "and the gradients zero, ready for the next backward to accumulate into. "
         "With torch's default zero_grad(set_to_none=True) the gradients are freed instead and the next backward "
         "allocates and writes fresh ones, a cost outside this benchmark."),
+    "same_work": (
+        "same work: sopt's default step, which skips a step whose gradients hold a NaN/Inf, vs torch's way of doing "
+        "that with a fused optimiser: GradScaler(init_scale=1) step + update, then zero_grad(set_to_none=False) "
+        "(speedup vs same work = torch+skip us / sopt us); sopt nochk's same work is torch+zero."),
 }
 
 
@@ -564,6 +598,7 @@ class Row:
                 "pct_of_copy": {n: self.pct_copy(n) for n in VARIANT_NAMES},
                 "speedup_vs_torch": {n: self.speedup(n, "torch") for n in ("sopt", "sopt_nochk")},
                 "speedup_vs_torch_zero": {n: self.speedup(n, "torch_zero") for n in ("sopt", "sopt_nochk")},
+                "speedup_vs_torch_skip": {"sopt": self.speedup("sopt", "torch_skip")},
                 "errors": self.error}
 
 
@@ -579,10 +614,9 @@ def run_config(spec: OptimizerSpec, model: SizeSpec, args: argparse.Namespace, t
         for skip in (True, False):
             variants.append(SoptVariant(spec, model, skip, args.seed, args.poll_every))
         if torch_device is not None:
-            for zero_grad in (False, True):
-                name = "torch_zero" if zero_grad else "torch"
+            for name in ("torch", "torch_zero", "torch_skip"):
                 try:
-                    variants.append(TorchVariant(spec, model, torch_device, args.seed, zero_grad=zero_grad))
+                    variants.append(TorchVariant(spec, model, torch_device, args.seed, name=name))
                 except Exception as exc:  # e.g. fused=True unsupported for this optimiser/device in this torch
                     row.error[name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                     log(f"  {name} failed: {row.error[name]}")
@@ -671,6 +705,8 @@ SPEEDUP_COLUMNS: list[Column] = _KEY_COLUMNS + [
     ("bare step", "nochk", lambda r: r.speedup("sopt_nochk", "torch"), ".2f"),
     ("same end state", "sopt", lambda r: r.speedup("sopt", "torch_zero"), ".2f"),
     ("same end state", "nochk", lambda r: r.speedup("sopt_nochk", "torch_zero"), ".2f"),
+    ("same work", "sopt", lambda r: r.speedup("sopt", "torch_skip"), ".2f"),
+    ("same work", "nochk", lambda r: r.speedup("sopt_nochk", "torch_zero"), ".2f"),
 ]
 
 
@@ -722,11 +758,12 @@ def format_tables(rows: list[Row]) -> str:
     """Three tables, each narrow enough for a terminal: times, bandwidths, speed-ups."""
     return "\n\n".join([
         "step time, us per step (nochk = sopt with skip_nonfinite=False; "
-        "torch+zero = torch fused step + zero_grad(set_to_none=False))\n" + format_table(rows, TIME_COLUMNS),
+        "torch+zero = torch fused step + zero_grad(set_to_none=False); "
+        "torch+skip = torch+zero with GradScaler(init_scale=1)'s non-finite skip)\n" + format_table(rows, TIME_COLUMNS),
         "bandwidth: GB/s = bytes counted for the variant / host-clock time; % of copy = GB/s / copy GB/s\n"
         + format_table(rows, RATE_COLUMNS),
         "speedup (host-clock times, > 1: sopt faster): bare step = torch / sopt; "
-        "vs same end state = torch+zero / sopt\n" + format_table(rows, SPEEDUP_COLUMNS),
+        "same end state = torch+zero / sopt; same work = torch+skip / sopt (nochk: torch+zero / nochk)\n" + format_table(rows, SPEEDUP_COLUMNS),
     ])
 
 
@@ -749,11 +786,12 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
                  + ("; ".join(parts) or "n/a") + f"  -> 'copy GB/s' column = {copy['limit_source']}")
     lines.append("bytes counted per parameter per step (float32): "
                  + "; ".join(f"{label}: sopt {b['sopt']}, sopt nochk {b['sopt_nochk']}, torch {b['torch']}, "
-                             f"torch+zero {b.get('torch_zero', 'n/a')}"
+                             f"torch+zero {b.get('torch_zero', 'n/a')}, torch+skip {b.get('torch_skip', 'n/a')}"
                              for label, b in meta["bytes_per_element"].items()))
     lines.append("  torch fused reads p,g,states and writes p,states; torch+zero also writes zero to each gradient "
-                 "(zero_grad(set_to_none=False)); sopt also writes zero to each gradient; sopt default also reads g "
-                 "in the non-finite check pass")
+                 "(zero_grad(set_to_none=False)); torch+skip also reads and writes each gradient in GradScaler's "
+                 "non-finite check; sopt also writes zero to each gradient; sopt default also reads g in the "
+                 "non-finite check pass")
     lines.append("timing: host clock = median over rounds of (N back-to-back steps + 1 sync) / N; GPU only = "
                  "median per step of GPU timestamps (sopt) / CUDA events (torch); GB/s and % of copy from host times")
     lines.append("two comparisons (speedup > 1: sopt faster):")

@@ -2,12 +2,17 @@
 
 A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters:
 
-1. ``grad_stats`` (only when ``max_grad_norm`` is set or ``skip_nonfinite`` is on): the global gradient norm
-   ``||g||_2`` and the count of float4 gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU
-   whether this step is skipped (any NaN/Inf) and the clip coefficient
-   ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_).
+1. a pass over the gradients, unless ``skip_nonfinite=False`` and no ``max_grad_norm``:
+
+   * with ``max_grad_norm``: ``grad_stats``, the global gradient norm ``||g||_2`` and the count of float4
+     gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU whether this step is skipped
+     (any NaN/Inf) and the clip coefficient ``min(1, max_grad_norm / (||g||_2 + 1e-6))``
+     (torch.nn.utils.clip_grad_norm_);
+   * otherwise ``nonfinite_scan``, which only raises a flag when a gradient holds a NaN/Inf (no reduction).
+
 2. the optimiser's update kernel: reads each gradient, writes zero in its place (zero-on-step) and, unless
-   the step is skipped, applies the update rule to values and state.
+   the step is skipped, applies the update rule to values and state. It starts at the end of the arena, the
+   part of the gradients the pass before read last and that is still in L2.
 
 The host never waits for the GPU inside ``step()``; it reads the skipped-step count every ``poll_every``
 steps (and in ``state_dict`` / ``skipped_steps``) to warn once when steps were skipped.
@@ -34,9 +39,12 @@ from sopt.validation import check_float
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
 MAX_GROUPS = 16        # parameter groups one dispatch handles
 STATS_GROUPS = 1024    # most thread groups of the statistics pass
+SCAN_PER_THREAD = 4    # float4 gradient vectors per thread of the non-finite scan
 GROUP_WORDS = 16       # words per group record in the control buffer: end vector + 15 hyperparameters
 # control-buffer word offsets (see optimizer.slang)
 _CTL_SKIPPED = 3
+# the pass before the update kernel (optimizer.slang's PASS_*)
+_PASS_NONE, _PASS_STATS, _PASS_SCAN = 0, 1, 2
 _CTL_LAYOUT = 8
 _CTL_GROUPS = 16
 _CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 2 * STATS_GROUPS
@@ -80,9 +88,7 @@ class Optimizer:
         self._layout_key: tuple | None = None
         self._attempts = 0
         self._skipped_seen = 0
-        self._update = dev.load_kernel(self.kernel_module, self.kernel_entry)
-        self._stats = dev.load_kernel("optim/optimizer", "grad_stats")
-        self._bound: tuple[dev.BoundKernel, dev.BoundKernel] | None = None
+        self._bound: dict[str, dev.BoundKernel] = {}   # kernels loaded so far, by role
 
     # -- parameter groups ------------------------------------------------------------------------------------
     @staticmethod
@@ -147,8 +153,11 @@ class Optimizer:
         return self.arena.slot(self._slots[name])
 
     @property
-    def uses_stats_pass(self) -> bool:
-        return self.skip_nonfinite or self.max_grad_norm is not None
+    def _pass(self) -> int:
+        """The pass that runs before the update kernel."""
+        if self.max_grad_norm is not None:
+            return _PASS_STATS
+        return _PASS_SCAN if self.skip_nonfinite else _PASS_NONE
 
     def _n_stat_groups(self) -> int:
         # about four float4 vectors per thread before the grid-stride loop repeats
@@ -157,13 +166,12 @@ class Optimizer:
     def _layout_words(self) -> tuple[tuple, np.ndarray | None]:
         """Words [8, 16 + 16 * MAX_GROUPS) of the control buffer, and a key that changes when they do."""
         hypers = tuple(tuple(float(x) for x in self.group_hyper(g)) for g in self.param_groups)
-        key = (hypers, self.uses_stats_pass, self.max_grad_norm, tuple(sorted(self._slots.items())),
-               self.arena.n_vec)
+        key = (hypers, self._pass, self.max_grad_norm, tuple(sorted(self._slots.items())), self.arena.n_vec)
         if key == self._layout_key:
             return key, None
         n_vec = self.arena.n_vec
         words = np.zeros(_CTL_GROUPS - _CTL_LAYOUT + GROUP_WORDS * MAX_GROUPS, np.uint32)
-        words[0:4] = [n_vec, len(self.param_groups), int(self.uses_stats_pass), self._n_stat_groups()]
+        words[0:4] = [n_vec, len(self.param_groups), self._pass, self._n_stat_groups()]
         words[4] = np.float32(self.max_grad_norm or 0.0).view(np.uint32)
         for logical, name in enumerate(self.state_names):
             if name in self._slots:
@@ -194,16 +202,26 @@ class Optimizer:
             self._layout_key = key
         self._attempts += 1
         buffer = self.arena.buffer
-        if self._bound is None or self._bound[1].kernel is not self._update:
-            self._bound = (dev.BoundKernel(self._stats, ctl=self._ctl), dev.BoundKernel(self._update, ctl=self._ctl))
-        stats, update = self._bound
-        if self.uses_stats_pass:
-            stats.set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
-        update.set(arena=buffer, attempts=self._attempts).dispatch(self.arena.n_vec, encoder)
+        if self._pass == _PASS_STATS:
+            self._kernel("stats").set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
+        elif self._pass == _PASS_SCAN:
+            n_groups = -(-self.arena.n_vec // (SCAN_PER_THREAD * THREADS))
+            self._kernel("scan").set(arena=buffer, scan_attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
+        self._kernel("update").set(arena=buffer, attempts=self._attempts).dispatch(self.arena.n_vec, encoder)
         if own:
             dev.submit(encoder)
-        if self.uses_stats_pass and self.poll_every > 0 and self._attempts % self.poll_every == 0:
+        if self._pass != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
+
+    def _kernel(self, role: str) -> dev.BoundKernel:
+        """The kernel of ``role`` ("update", "stats" or "scan"), loaded and bound on first use."""
+        bound = self._bound.get(role)
+        if bound is None:
+            module, entry = {"update": (self.kernel_module, self.kernel_entry),
+                             "stats": ("optim/optimizer", "grad_stats"),
+                             "scan": ("optim/optimizer", "nonfinite_scan")}[role]
+            bound = self._bound[role] = dev.BoundKernel(dev.load_kernel(module, entry), ctl=self._ctl)
+        return bound
 
     def zero_grad(self) -> None:
         """Set every gradient to zero (``step()`` already does this as it consumes them)."""

@@ -155,8 +155,8 @@ def test_lr_change_every_step_without_recompiling():
     init, grads = _random_run(seed=13)
     params = [sopt.Parameter(a) for a in init]
     opt = SGD(params, lr=0.1)
-    kernel = opt._update
     ref = ReferenceOptimizer("sgd", init, lr=0.1)
+    kernels = None
     for k, step_grads in enumerate(grads[:20]):
         lr = 0.1 / (1 + k)
         opt.param_groups[0]["lr"] = lr
@@ -165,6 +165,10 @@ def test_lr_change_every_step_without_recompiling():
             p.set_grad(g)
         opt.step()
         ref.step(step_grads)
-    assert opt._update is kernel and sopt.device.load_kernel("optim/sgd", "sgd_step") is kernel
+        used = {role: bound.kernel for role, bound in opt._bound.items()}
+        kernels = kernels or used
+        assert used == kernels, f"step {k} used kernels {used}, step 0 used {kernels}"
+    assert kernels == {"scan": sopt.device.load_kernel("optim/optimizer", "nonfinite_scan"),
+                       "update": sopt.device.load_kernel("optim/sgd", "sgd_step")}
     for p, a, expected in zip(params, init, ref.params):
         assert_close(p.numpy(), expected, what="lr schedule", scale=a)

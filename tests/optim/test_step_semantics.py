@@ -110,6 +110,35 @@ def test_nonfinite_step_changes_nothing(cls):
         np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_nonfinite_found_anywhere_across_steps_and_passes():
+    """A NaN/Inf at either end of an arena of several scan groups skips exactly its step, on both parities of
+    the scan's flags and when steps alternate with clipping steps (the statistics pass) and unchecked ones."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(20003).astype(np.float32)   # 5001 float4 vectors: 5 groups of the scan pass
+    p = sopt.Parameter(x)
+    opt = SGD([p], lr=0.5, poll_every=0)
+    expected = x.astype(np.float64)
+    plan = [  # (bad element or None, max_grad_norm, skip_nonfinite)
+        (0, None, True), (None, None, True), (20002, None, True), (20002, None, True), (None, None, True),
+        (7, 1e9, True), (None, None, True), (None, 1e9, True), (9000, None, True), (None, None, False),
+        (None, None, True), (None, None, True)]
+    skipped = 0
+    for k, (bad, max_norm, check) in enumerate(plan):
+        opt.max_grad_norm, opt.skip_nonfinite = max_norm, check
+        g = rng.standard_normal(x.size).astype(np.float32)
+        if bad is not None:
+            g[bad] = np.nan if k % 2 else np.inf
+        p.set_grad(g)
+        opt.step()
+        if bad is None:
+            expected -= 0.5 * g.astype(np.float32)
+        else:
+            skipped += 1
+        np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-5, err_msg=f"after step {k}")
+        assert not p.grad_numpy().any(), f"step {k} left gradients"
+    assert opt.skipped_steps == skipped == 5
+
+
 def test_state_dict_round_trip_continues_identically():
     params_a = _params(3, seed=10)
     params_b = _params(3, seed=10)
