@@ -536,7 +536,7 @@ VARIANT_NAMES = ("sopt", "sopt_nochk", "torch", "torch_zero", "torch_skip")
 VARIANT_LABELS = {"sopt": "sopt", "sopt_nochk": "nochk", "torch": "torch", "torch_zero": "torch+zero",
                   "torch_skip": "torch+skip"}
 
-# The two comparisons, two sentences each: in the header lines and the JSON's meta (see also the docstring).
+# The three comparisons, a few sentences each: in the header lines and the JSON's meta (see also the docstring).
 COMPARISONS = {
     "bare_step": (
         "bare step: sopt's step vs torch's opt.step() alone (speedup = torch us / sopt us). "
@@ -699,7 +699,7 @@ RATE_COLUMNS: list[Column] = _KEY_COLUMNS + [
     *_per_variant("% of copy", Row.pct_copy, ".1f"),
 ]
 
-# Table 3: speed-ups from the host-clock times, the two comparisons.
+# Table 3: speed-ups from the host-clock times, the three comparisons.
 SPEEDUP_COLUMNS: list[Column] = _KEY_COLUMNS + [
     ("bare step", "sopt", lambda r: r.speedup("sopt", "torch"), ".2f"),
     ("bare step", "nochk", lambda r: r.speedup("sopt_nochk", "torch"), ".2f"),
@@ -794,7 +794,7 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
                  "non-finite check pass")
     lines.append("timing: host clock = median over rounds of (N back-to-back steps + 1 sync) / N; GPU only = "
                  "median per step of GPU timestamps (sopt) / CUDA events (torch); GB/s and % of copy from host times")
-    lines.append("two comparisons (speedup > 1: sopt faster):")
+    lines.append("three comparisons (speedup > 1: sopt faster):")
     lines.extend("  " + text for text in meta["comparisons"].values())
     tick = meta.get("sopt_timestamp_tick_ns")
     if tick and tick >= 1000:
