@@ -54,7 +54,7 @@ Bytes counted per parameter element per step (float32, 4 bytes each; s = state t
 * torch+skip:   torch+zero plus GradScaler's check, reading and writing each gradient  = torch+zero + 8;
 * sopt nochk:   the same traffic as torch+zero in one kernel: reads p, g and the states, writes p, the states
   and zero into each gradient (sopt's step consumes its gradients)       = 4 * (2 + s) + 4 * (2 + s)
-* sopt default: sopt nochk plus the statistics pass reading every gradient once more  = sopt nochk + 4.
+* sopt default: sopt nochk plus the non-finite scan reading every gradient once more  = sopt nochk + 4.
 
 So SGD(momentum): torch 20, torch+zero 24, sopt nochk 24, sopt 28 B/element; Adam/AdamW: torch 28, torch+zero
 32, sopt nochk 32, sopt 36. Each variant's effective bandwidth is its own byte count / its step time (host-clock

@@ -43,11 +43,11 @@ SCAN_PER_THREAD = 4    # float4 gradient vectors per thread of the non-finite sc
 GROUP_WORDS = 16       # words per group record in the control buffer: end vector + 15 hyperparameters
 # control-buffer word offsets (see optimizer.slang)
 _CTL_SKIPPED = 3
-# the pass before the update kernel (optimizer.slang's PASS_*)
-_PASS_NONE, _PASS_STATS, _PASS_SCAN = 0, 1, 2
 _CTL_LAYOUT = 8
 _CTL_GROUPS = 16
 _CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 2 * STATS_GROUPS
+# the pass before the update kernel (optimizer.slang's PASS_*)
+_PASS_NONE, _PASS_STATS, _PASS_SCAN = 0, 1, 2
 
 
 class Optimizer:
