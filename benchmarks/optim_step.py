@@ -4,12 +4,16 @@ What is measured
 ----------------
 For each optimiser (SGD with momentum 0.9, Adam, AdamW; lr 1e-3, torch's defaults otherwise) and each problem
 size (one tensor of 1M / 16M / 64M float32 parameters, 1M = 2**20, and a "mixed" model of 100 tensors whose
-sizes are log-uniform in [1K, 1M], fixed seed), five variants are timed in the same process:
+sizes are log-uniform in [1K, 1M], fixed seed), six variants are timed in the same process:
 
-* ``sopt``       -- ``sopt.optim.<Opt>(params, ...)`` with its defaults: ``skip_nonfinite=True`` adds a
-  read-only pass over the gradients (non-finite detection) before the update kernel;
-* ``sopt nochk`` -- the same with ``skip_nonfinite=False``: one update dispatch per step, the semantics of
-  torch's fused kernels (which check nothing);
+* ``sopt``       -- ``sopt.optim.<Opt>(params, ...)`` with its defaults: ``skip_nonfinite=True`` with
+  ``double_buffer=True``, the update reading values and state from one side of a double-buffered arena and
+  writing the other while it checks the gradients for NaN/Inf, then a restore dispatch that does nothing unless
+  a NaN/Inf was found;
+* ``sopt scan``  -- ``double_buffer=False``: single-buffered, a read-only pass over the gradients (non-finite
+  detection) before the in-place update kernel;
+* ``sopt nochk`` -- ``skip_nonfinite=False``: one in-place update dispatch per step, the semantics of torch's
+  fused kernels (which check nothing);
 * ``torch``      -- ``torch.optim.<Opt>(params, ..., fused=True)``, params and grads float32 on CUDA;
 * ``torch+zero`` -- the same, each step being ``opt.step()`` then ``opt.zero_grad(set_to_none=False)`` (with
   ``fused=True`` torch zeroes the gradients in one ``torch._foreach_zero_``), separate tensors and optimiser.
@@ -32,15 +36,16 @@ in place.
   ``opt.step()`` + ``opt.zero_grad(set_to_none=False)``, after which both have updated parameters and zero
   gradients ready to accumulate into. With torch's default ``zero_grad()`` (``set_to_none=True``) the gradients
   are freed instead and the next backward allocates and writes fresh ones, a cost outside this benchmark.
-* Same work (``speedup vs same work``): sopt's default step, which skips steps with non-finite gradients, against
-  torch+skip, which does the same; and sopt nochk, which checks nothing, against torch+zero, which neither does.
+* Same work (``speedup vs same work``): sopt's default (and scan) step, which skips steps with non-finite
+  gradients, against torch+skip, which does the same; and sopt nochk, which checks nothing, against torch+zero,
+  which neither does.
 
 Timing. Every variant first takes ``--warmup`` steps (shader compilation, lazy state allocation), then
 ``--rounds`` rounds of N back-to-back ``step()`` calls followed by one device synchronisation, timed with
 ``time.perf_counter`` on the host; a round's time / N is one sample and the table shows the median over
 rounds. N is the same for every variant of a row: at least ``--steps`` and enough for the fastest variant's
-round to last ``--min-time`` seconds. Rounds of the variants are interleaved (sopt, sopt nochk, torch,
-torch+zero, sopt, ...) so that clock or thermal drift affects them alike. Separately, ``--gpu-steps`` steps are
+round to last ``--min-time`` seconds. Rounds of the variants are interleaved (sopt, sopt scan, sopt nochk, torch,
+torch+zero, torch+skip, sopt, ...) so that clock or thermal drift affects them alike. Separately, ``--gpu-steps`` steps are
 timed on the GPU alone, one sample per step: SlangPy timestamp queries written before and after each
 ``opt.step(encoder)`` (slang-rhi's CUDA backend reports them in whole microseconds), CUDA events around each
 torch ``step()`` (torch+zero: around ``step()`` + ``zero_grad()``); the tables show the median per step.
@@ -54,10 +59,12 @@ Bytes counted per parameter element per step (float32, 4 bytes each; s = state t
 * torch+skip:   torch+zero plus GradScaler's check, reading and writing each gradient  = torch+zero + 8;
 * sopt nochk:   the same traffic as torch+zero in one kernel: reads p, g and the states, writes p, the states
   and zero into each gradient (sopt's step consumes its gradients)       = 4 * (2 + s) + 4 * (2 + s)
-* sopt default: sopt nochk plus the non-finite scan reading every gradient once more  = sopt nochk + 4.
+* sopt default: the same as sopt nochk (it writes p and the states to the other side instead of in place; the
+  restore dispatch reads one flag per thread)                            = sopt nochk;
+* sopt scan:    sopt nochk plus the non-finite scan reading every gradient once more  = sopt nochk + 4.
 
-So SGD(momentum): torch 20, torch+zero 24, sopt nochk 24, sopt 28 B/element; Adam/AdamW: torch 28, torch+zero
-32, sopt nochk 32, sopt 36. Each variant's effective bandwidth is its own byte count / its step time (host-clock
+So SGD(momentum): torch 20, torch+zero 24, sopt nochk 24, sopt 24, sopt scan 28 B/element; Adam/AdamW: torch
+28, torch+zero 32, sopt nochk 32, sopt 32, sopt scan 36. Each variant's effective bandwidth is its own byte count / its step time (host-clock
 median), so it credits sopt for the extra gradient traffic it does; the speed-ups compare times only. The bytes
 use the model's real parameter count (sopt's arena pads each tensor to a multiple of 4 elements; that padding,
 at most 3 elements per tensor, is not counted).
@@ -74,10 +81,11 @@ Likewise torch+zero's ``zero_grad`` zeroes its gradients, so its later steps in 
 does not change its timing either, as torch's fused kernels do not branch on the values. torch's fused step
 alone leaves its gradients untouched, so it sees the same random gradients on every step.
 
-GPU memory: all four variants of a row are alive together (their rounds interleave); at 64M Adam that is
-2 x 1.25 GiB for sopt (p, g, m, v and a device copy of the random gradients) + 1 GiB for torch (p, g, m, v)
-+ 1.25 GiB for torch+zero (the same and a copy of the random gradients), everything freed before the next row;
-the copy measurement (2 x 1 GiB per framework) runs and frees first.
+GPU memory: all six variants of a row are alive together (their rounds interleave); at 64M Adam that is
+2 GiB for sopt (g, two sides of p, m, v and a device copy of the random gradients), 2 x 1.25 GiB for sopt scan
+and nochk (p, g, m, v and the copy), 1 GiB for torch (p, g, m, v) and 2 x 1.25 GiB for torch+zero and torch+skip
+(the same and a copy of the random gradients), everything freed before the next row; the copy measurement
+(2 x 1 GiB per framework) runs and frees first.
 
 Output: three tables (step times in us, host clock and GPU only; bandwidths and % of copy; the three
 comparisons' speed-ups), and with ``--json`` everything per row (``speedup_vs_torch`` = bare step,
@@ -217,7 +225,7 @@ def bytes_per_element(n_states: int) -> dict[str, int]:
     """Bytes each variant moves per parameter element per step (see the module docstring)."""
     torch_bytes = BYTES_PER_FLOAT * ((2 + n_states) + (1 + n_states))
     nochk = BYTES_PER_FLOAT * ((2 + n_states) + (2 + n_states))
-    return {"sopt": nochk + BYTES_PER_FLOAT, "sopt_nochk": nochk, "torch": torch_bytes,
+    return {"sopt": nochk, "sopt_scan": nochk + BYTES_PER_FLOAT, "sopt_nochk": nochk, "torch": torch_bytes,
             "torch_zero": torch_bytes + BYTES_PER_FLOAT,
             "torch_skip": torch_bytes + BYTES_PER_FLOAT + 2 * BYTES_PER_FLOAT}
 
@@ -256,15 +264,22 @@ class Variant:
         """Drop every GPU allocation."""
 
 
+# sopt variant name -> the optimiser options that make it
+SOPT_OPTIONS: dict[str, dict[str, Any]] = {
+    "sopt": {},
+    "sopt_scan": {"double_buffer": False},
+    "sopt_nochk": {"skip_nonfinite": False},
+}
+
+
 class SoptVariant(Variant):
-    def __init__(self, spec: OptimizerSpec, model: SizeSpec, skip_nonfinite: bool, seed: int,
-                 poll_every: int | None) -> None:
-        self.name = "sopt" if skip_nonfinite else "sopt_nochk"
+    def __init__(self, spec: OptimizerSpec, model: SizeSpec, name: str, seed: int, poll_every: int | None) -> None:
+        self.name = name
         self.device = sdev.get_device()
         rng = np.random.default_rng(seed)
         self.params = [sopt.Parameter(rng.standard_normal(n, dtype=np.float32), name=f"p{i}")
                        for i, n in enumerate(model.sizes)]
-        options: dict[str, Any] = {"skip_nonfinite": skip_nonfinite}
+        options: dict[str, Any] = dict(SOPT_OPTIONS[name])
         if poll_every is not None:
             options["poll_every"] = poll_every
         self.opt: Optimizer = spec.sopt_cls(self.params, **spec.kwargs, **options)
@@ -532,9 +547,9 @@ def git_commit() -> str | None:
 
 
 # -- the run -------------------------------------------------------------------------------------------------
-VARIANT_NAMES = ("sopt", "sopt_nochk", "torch", "torch_zero", "torch_skip")
-VARIANT_LABELS = {"sopt": "sopt", "sopt_nochk": "nochk", "torch": "torch", "torch_zero": "torch+zero",
-                  "torch_skip": "torch+skip"}
+VARIANT_NAMES = ("sopt", "sopt_scan", "sopt_nochk", "torch", "torch_zero", "torch_skip")
+VARIANT_LABELS = {"sopt": "sopt", "sopt_scan": "scan", "sopt_nochk": "nochk", "torch": "torch",
+                  "torch_zero": "torch+zero", "torch_skip": "torch+skip"}
 
 # The three comparisons, a few sentences each: in the header lines and the JSON's meta (see also the docstring).
 COMPARISONS = {
@@ -549,9 +564,10 @@ COMPARISONS = {
         "With torch's default zero_grad(set_to_none=True) the gradients are freed instead and the next backward "
         "allocates and writes fresh ones, a cost outside this benchmark."),
     "same_work": (
-        "same work: sopt's default step, which skips a step whose gradients hold a NaN/Inf, vs torch's way of doing "
-        "that with a fused optimiser: GradScaler(init_scale=1) step + update, then zero_grad(set_to_none=False) "
-        "(speedup vs same work = torch+skip us / sopt us); sopt nochk's same work is torch+zero."),
+        "same work: sopt's default (and scan) step, which skips a step whose gradients hold a NaN/Inf, vs torch's "
+        "way of doing that with a fused optimiser: GradScaler(init_scale=1) step + update, then "
+        "zero_grad(set_to_none=False) (speedup vs same work = torch+skip us / sopt us); sopt nochk's same work is "
+        "torch+zero."),
 }
 
 
@@ -596,9 +612,10 @@ class Row:
                 "n_steps_per_round": self.n_steps, "rounds": self.rounds, "gpu_timed_steps": self.gpu_steps,
                 "bytes_per_element": self.bytes_per_element, "variants": self.variants, "copy_gbps": self.copy_gbps,
                 "pct_of_copy": {n: self.pct_copy(n) for n in VARIANT_NAMES},
-                "speedup_vs_torch": {n: self.speedup(n, "torch") for n in ("sopt", "sopt_nochk")},
-                "speedup_vs_torch_zero": {n: self.speedup(n, "torch_zero") for n in ("sopt", "sopt_nochk")},
-                "speedup_vs_torch_skip": {"sopt": self.speedup("sopt", "torch_skip")},
+                "speedup_vs_torch": {n: self.speedup(n, "torch") for n in ("sopt", "sopt_scan", "sopt_nochk")},
+                "speedup_vs_torch_zero": {n: self.speedup(n, "torch_zero")
+                                          for n in ("sopt", "sopt_scan", "sopt_nochk")},
+                "speedup_vs_torch_skip": {n: self.speedup(n, "torch_skip") for n in ("sopt", "sopt_scan")},
                 "errors": self.error}
 
 
@@ -611,8 +628,8 @@ def run_config(spec: OptimizerSpec, model: SizeSpec, args: argparse.Namespace, t
     row = Row(spec.label, model.label, len(model.sizes), model.n_params, copy_gbps=copy_gbps)
     variants: list[Variant] = []
     try:
-        for skip in (True, False):
-            variants.append(SoptVariant(spec, model, skip, args.seed, args.poll_every))
+        for name in SOPT_OPTIONS:
+            variants.append(SoptVariant(spec, model, name, args.seed, args.poll_every))
         if torch_device is not None:
             for name in ("torch", "torch_zero", "torch_skip"):
                 try:
@@ -702,10 +719,13 @@ RATE_COLUMNS: list[Column] = _KEY_COLUMNS + [
 # Table 3: speed-ups from the host-clock times, the three comparisons.
 SPEEDUP_COLUMNS: list[Column] = _KEY_COLUMNS + [
     ("bare step", "sopt", lambda r: r.speedup("sopt", "torch"), ".2f"),
+    ("bare step", "scan", lambda r: r.speedup("sopt_scan", "torch"), ".2f"),
     ("bare step", "nochk", lambda r: r.speedup("sopt_nochk", "torch"), ".2f"),
     ("same end state", "sopt", lambda r: r.speedup("sopt", "torch_zero"), ".2f"),
+    ("same end state", "scan", lambda r: r.speedup("sopt_scan", "torch_zero"), ".2f"),
     ("same end state", "nochk", lambda r: r.speedup("sopt_nochk", "torch_zero"), ".2f"),
     ("same work", "sopt", lambda r: r.speedup("sopt", "torch_skip"), ".2f"),
+    ("same work", "scan", lambda r: r.speedup("sopt_scan", "torch_skip"), ".2f"),
     ("same work", "nochk", lambda r: r.speedup("sopt_nochk", "torch_zero"), ".2f"),
 ]
 
@@ -757,13 +777,15 @@ def format_table(rows: list[Row], columns: list[Column]) -> str:
 def format_tables(rows: list[Row]) -> str:
     """Three tables, each narrow enough for a terminal: times, bandwidths, speed-ups."""
     return "\n\n".join([
-        "step time, us per step (nochk = sopt with skip_nonfinite=False; "
+        "step time, us per step (sopt = defaults, double-buffered check; scan = double_buffer=False; "
+        "nochk = skip_nonfinite=False; "
         "torch+zero = torch fused step + zero_grad(set_to_none=False); "
         "torch+skip = torch+zero with GradScaler(init_scale=1)'s non-finite skip)\n" + format_table(rows, TIME_COLUMNS),
         "bandwidth: GB/s = bytes counted for the variant / host-clock time; % of copy = GB/s / copy GB/s\n"
         + format_table(rows, RATE_COLUMNS),
         "speedup (host-clock times, > 1: sopt faster): bare step = torch / sopt; "
-        "same end state = torch+zero / sopt; same work = torch+skip / sopt (nochk: torch+zero / nochk)\n" + format_table(rows, SPEEDUP_COLUMNS),
+        "same end state = torch+zero / sopt; same work = torch+skip / sopt (nochk: torch+zero / nochk)\n"
+        + format_table(rows, SPEEDUP_COLUMNS),
     ])
 
 
@@ -785,13 +807,14 @@ def header_lines(meta: dict[str, Any]) -> list[str]:
     lines.append(f"copy limit ({copy['mib']} MiB buffers, read+write counted): "
                  + ("; ".join(parts) or "n/a") + f"  -> 'copy GB/s' column = {copy['limit_source']}")
     lines.append("bytes counted per parameter per step (float32): "
-                 + "; ".join(f"{label}: sopt {b['sopt']}, sopt nochk {b['sopt_nochk']}, torch {b['torch']}, "
+                 + "; ".join(f"{label}: sopt {b['sopt']}, sopt scan {b['sopt_scan']}, sopt nochk {b['sopt_nochk']}, "
+                             f"torch {b['torch']}, "
                              f"torch+zero {b.get('torch_zero', 'n/a')}, torch+skip {b.get('torch_skip', 'n/a')}"
                              for label, b in meta["bytes_per_element"].items()))
     lines.append("  torch fused reads p,g,states and writes p,states; torch+zero also writes zero to each gradient "
                  "(zero_grad(set_to_none=False)); torch+skip also reads and writes each gradient in GradScaler's "
-                 "non-finite check; sopt also writes zero to each gradient; sopt default also reads g in the "
-                 "non-finite check pass")
+                 "non-finite check; sopt also writes zero to each gradient; sopt scan also reads g in the "
+                 "non-finite scan pass (sopt default checks g as its update reads it)")
     lines.append("timing: host clock = median over rounds of (N back-to-back steps + 1 sync) / N; GPU only = "
                  "median per step of GPU timestamps (sopt) / CUDA events (torch); GB/s and % of copy from host times")
     lines.append("three comparisons (speedup > 1: sopt faster):")

@@ -20,7 +20,9 @@ class Parameter:
     ``param.tensor`` is a SlangPy ``Tensor`` with gradients attached: pass it for an ``IDiffTensor<float, D>``
     argument of any Slang function and ``.bwds`` accumulates into ``param``'s gradient. Once the parameter is
     given to an optimiser its storage moves into the optimiser's flat arena; ``tensor`` then returns a view
-    into the arena, so fetch it when calling a kernel rather than keeping an old reference.
+    into the arena, and with a double-buffered optimiser (the default) the view alternates between the
+    arena's two copies of the values from step to step: fetch ``tensor`` / ``values`` when calling a kernel
+    rather than keeping an old reference.
 
     Args:
         array: initial values, any float-convertible array (kept as float32). Must be finite.
@@ -34,10 +36,11 @@ class Parameter:
         self.name = name if name is not None else f"param{next(_unnamed)}"
         self._shape = tuple(int(s) for s in values.shape)
         device = get_device()
-        self._values = spy.Tensor.from_numpy(device, values)
-        self._grads = spy.Tensor.zeros(device, self._shape, self._values.dtype)
-        self._diff: spy.Tensor | None = None
-        self.owner: object | None = None  # the arena holding this parameter, if any
+        # one values tensor per side of the owning arena (one before an optimiser takes the parameter)
+        self._sides = [spy.Tensor.from_numpy(device, values)]
+        self._grads = spy.Tensor.zeros(device, self._shape, self._sides[0].dtype)
+        self._diffs: list[spy.Tensor | None] = [None]
+        self.owner: Any = None  # the ParameterArena holding this parameter, if any
 
     # -- shape -----------------------------------------------------------------------------------------
     @property
@@ -53,31 +56,37 @@ class Parameter:
         return f"Parameter(name={self.name!r}, shape={self._shape})"
 
     # -- device views ------------------------------------------------------------------------------------
+    def _side(self) -> int:
+        return self.owner.side if self.owner is not None else 0
+
     @property
     def tensor(self) -> spy.Tensor:
         """Values with the gradient attached (``grad_in`` = ``grad_out``), for ``IDiffTensor`` arguments."""
-        if self._diff is None:
-            self._diff = self._values.with_grads(grad_in=self._grads, grad_out=self._grads, zero=False)
-        return self._diff
+        side = self._side()
+        diff = self._diffs[side]
+        if diff is None:
+            diff = self._diffs[side] = self._sides[side].with_grads(grad_in=self._grads, grad_out=self._grads,
+                                                                      zero=False)
+        return diff
 
     @property
     def values(self) -> spy.Tensor:
         """Values only, for ``ITensor`` / ``Tensor`` arguments."""
-        return self._values
+        return self._sides[self._side()]
 
     @property
     def grad(self) -> spy.Tensor:
         """The gradient tensor, same shape as the values."""
         return self._grads
 
-    def _rebind(self, values: spy.Tensor, grads: spy.Tensor) -> None:
-        """Point this parameter at new storage (used when it moves into an arena)."""
-        self._values, self._grads, self._diff = values, grads, None
+    def _rebind(self, sides: list[spy.Tensor], grads: spy.Tensor, owner: Any) -> None:
+        """Point this parameter at an arena's storage: its values on each side, its gradient."""
+        self._sides, self._grads, self._diffs, self.owner = sides, grads, [None] * len(sides), owner
 
     # -- host access -------------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """A host copy of the values (waits for the GPU)."""
-        return self._values.to_numpy().reshape(self._shape).copy()
+        return self.values.to_numpy().reshape(self._shape).copy()
 
     def grad_numpy(self) -> np.ndarray:
         """A host copy of the gradient (waits for the GPU)."""
@@ -85,7 +94,7 @@ class Parameter:
 
     def load(self, array: Any) -> None:
         """Overwrite the values with ``array`` (same shape, finite)."""
-        self._values.copy_from_numpy(as_float32_array(array, f"{self.name} values", self._shape))
+        self.values.copy_from_numpy(as_float32_array(array, f"{self.name} values", self._shape))
 
     def set_grad(self, array: Any) -> None:
         """Overwrite the gradient with ``array`` (same shape; NaN/Inf allowed, the optimiser handles them)."""

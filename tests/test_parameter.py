@@ -37,6 +37,34 @@ def test_parameter_tensor_is_a_differentiable_argument():
     np.testing.assert_allclose(p.grad_numpy(), 2 * (6 * np.array([1.0, -2.0, 0.5]) + 2))
 
 
+def test_parameter_tensor_follows_the_double_buffered_arena_across_steps():
+    """With the default optimiser the values alternate between two sides of the arena: ``p.tensor`` fetched
+    after each step reads the updated values and accumulates into the one gradient the optimiser consumes."""
+    device = sopt.get_device()
+    module = spy.Module.load_from_source(device, "square_param", """
+        import "slangpy";
+        [Differentiable]
+        void f(int i, IDiffTensor<float, 1> x, IWDiffTensor<float, 1> y) { float v = x[i]; y[i] = v * v; }
+    """)
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    p = sopt.Parameter(x)
+    opt = sopt.optim.SGD([p], lr=0.1)
+    assert opt.arena.double
+    y = spy.Tensor.empty(device, (3,), "float").with_grads()
+    y.grad.copy_from_numpy(np.ones(3, np.float32))
+    sides = set()
+    for _ in range(3):
+        sides.add(p.values.offset)
+        module.f(i=spy.grid((3,)), x=p.tensor, y=y)
+        np.testing.assert_allclose(y.to_numpy(), x * x, rtol=1e-6)
+        module.f.bwds(i=spy.grid((3,)), x=p.tensor, y=y)
+        np.testing.assert_allclose(p.grad_numpy(), 2 * x, rtol=1e-6)
+        opt.step()
+        x = x - np.float32(0.1) * (2 * x)
+        np.testing.assert_allclose(p.numpy(), x, rtol=1e-6)
+    assert len(sides) == 2
+
+
 def test_parameter_views_follow_the_arena():
     p, q = sopt.Parameter(np.ones(3)), sopt.Parameter(np.full((2, 2), 2.0))
     opt = sopt.optim.SGD([p, q], lr=1.0, skip_nonfinite=False)

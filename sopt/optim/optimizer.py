@@ -1,18 +1,22 @@
 """Optimizer: the base of every sopt optimiser (torch.optim's interface, Slang kernels underneath).
 
-A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters:
+A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters. At its
+heart is the optimiser's update kernel: it reads each gradient, writes zero in its place (zero-on-step) and,
+unless the step is skipped, applies the update rule to values and state. Around it, by options:
 
-1. a pass over the gradients, unless ``skip_nonfinite=False`` and no ``max_grad_norm``:
-
-   * with ``max_grad_norm``: ``grad_stats``, the global gradient norm ``||g||_2`` and the count of float4
-     gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU whether this step is skipped
-     (any NaN/Inf) and the clip coefficient ``min(1, max_grad_norm / (||g||_2 + 1e-6))``
-     (torch.nn.utils.clip_grad_norm_);
-   * otherwise ``nonfinite_scan``, which only raises a flag when a gradient holds a NaN/Inf (no reduction).
-
-2. the optimiser's update kernel: reads each gradient, writes zero in its place (zero-on-step) and, unless
-   the step is skipped, applies the update rule to values and state. It starts at the end of the arena, the
-   part of the gradients the pass before read last and that is still in L2.
+* ``skip_nonfinite=False``, no ``max_grad_norm``: the update alone, in place. One dispatch.
+* ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
+  gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU whether the step is skipped
+  (any NaN/Inf, when ``skip_nonfinite``) and the clip coefficient ``min(1, max_grad_norm / (||g||_2 + 1e-6))``
+  (torch.nn.utils.clip_grad_norm_). The update then runs in place, starting at the end of the arena, the part
+  of the gradients grad_stats read last and that is still in L2.
+* ``skip_nonfinite`` without clipping (the default), ``double_buffer=True`` (the default): the update reads
+  values and state from one side of a double-buffered arena and writes them to the other, raising a flag
+  when a gradient it reads holds a NaN/Inf; ``nonfinite_restore`` then copies the side read over the side
+  written when the flag is up (and otherwise does nothing). The check thus costs no extra pass over the
+  gradients, for a second copy of values and state in memory; the Parameters' views follow the current side.
+* the same with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the gradients that
+  raises the flag, then the update in place, skipped when the flag is up.
 
 The host never waits for the GPU inside ``step()``; it reads the skipped-step count every ``poll_every``
 steps (and in ``state_dict`` / ``skipped_steps``) to warn once when steps were skipped.
@@ -46,8 +50,9 @@ _CTL_SKIPPED = 3
 _CTL_LAYOUT = 8
 _CTL_GROUPS = 16
 _CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 2 * STATS_GROUPS
-# the pass before the update kernel (optimizer.slang's PASS_*)
-_PASS_NONE, _PASS_STATS, _PASS_SCAN = 0, 1, 2
+RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
+# how a step checks its gradients (optimizer.slang's PASS_*)
+_PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK = 0, 1, 2, 3
 
 
 class Optimizer:
@@ -61,6 +66,10 @@ class Optimizer:
             before the update, ``||g||`` the 2-norm over every parameter of this optimiser.
         skip_nonfinite: when True, a step whose gradients hold any NaN/Inf leaves parameters and state
             untouched (gradients are still zeroed) and is counted in ``skipped_steps``.
+        double_buffer: with ``skip_nonfinite`` and no ``max_grad_norm``, keep values and state twice so the
+            check rides on the update (one pass over the arena instead of a scan of the gradients first);
+            False saves that memory (4 bytes per parameter per copy of values and state) for an extra read of
+            every gradient per step.
         poll_every: steps between host reads of the skipped-step count (each read waits for the GPU).
     """
 
@@ -69,7 +78,7 @@ class Optimizer:
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
     def __init__(self, params: Any, defaults: dict[str, Any], *, max_grad_norm: float | None = None,
-                 skip_nonfinite: bool = True, poll_every: int = 64) -> None:
+                 skip_nonfinite: bool = True, double_buffer: bool = True, poll_every: int = 64) -> None:
         self.defaults = dict(defaults)
         self.param_groups: list[dict[str, Any]] = []
         for group in self._normalise_groups(params):
@@ -78,9 +87,10 @@ class Optimizer:
             max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
         self.max_grad_norm = max_grad_norm
         self.skip_nonfinite = bool(skip_nonfinite)
+        self.double_buffer = bool(double_buffer)
         self.poll_every = int(poll_every)
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
-        self.arena = ParameterArena([g["params"] for g in self.param_groups], [])
+        self.arena = ParameterArena([g["params"] for g in self.param_groups], [], double=self._pass == _PASS_CHECK)
         self._ensure_states()
         device = dev.get_device()
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
@@ -154,10 +164,12 @@ class Optimizer:
 
     @property
     def _pass(self) -> int:
-        """The pass that runs before the update kernel."""
+        """How this step checks its gradients (see the module docstring)."""
         if self.max_grad_norm is not None:
             return _PASS_STATS
-        return _PASS_SCAN if self.skip_nonfinite else _PASS_NONE
+        if not self.skip_nonfinite:
+            return _PASS_NONE
+        return _PASS_CHECK if self.double_buffer else _PASS_SCAN
 
     def _n_stat_groups(self) -> int:
         # about four float4 vectors per thread before the grid-stride loop repeats
@@ -192,6 +204,10 @@ class Optimizer:
         submitted now. The host does not wait for the GPU.
         """
         self._ensure_states()
+        check = self._pass
+        arena = self.arena
+        if check == _PASS_CHECK or not self.double_buffer:
+            arena.set_double(check == _PASS_CHECK)
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
@@ -201,25 +217,35 @@ class Optimizer:
             encoder.upload_buffer_data(self._ctl, 4 * _CTL_LAYOUT, words)
             self._layout_key = key
         self._attempts += 1
-        buffer = self.arena.buffer
-        if self._pass == _PASS_STATS:
+        buffer = arena.buffer
+        src = arena.side_offset(arena.side)
+        dst = arena.side_offset(arena.side ^ 1) if check == _PASS_CHECK else src
+        if check == _PASS_STATS:
             self._kernel("stats").set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
-        elif self._pass == _PASS_SCAN:
-            n_groups = -(-self.arena.n_vec // (SCAN_PER_THREAD * THREADS))
-            self._kernel("scan").set(arena=buffer, scan_attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
-        self._kernel("update").set(arena=buffer, attempts=self._attempts).dispatch(self.arena.n_vec, encoder)
+        elif check == _PASS_SCAN:
+            n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
+            self._kernel("scan").set(arena=buffer, pass_attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
+        self._kernel("update").set(arena=buffer, attempts=self._attempts, src_side=src,
+                                   dst_side=dst).dispatch(arena.n_vec, encoder)
+        if check == _PASS_CHECK:
+            side_vectors = arena.side_offset(1)
+            threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
+            self._kernel("restore").set(arena=buffer, pass_attempts=self._attempts, src_side=src, dst_side=dst,
+                                        restore_threads=threads).dispatch(threads, encoder)
+            arena.flip()
         if own:
             dev.submit(encoder)
-        if self._pass != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
+        if check != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
 
     def _kernel(self, role: str) -> dev.BoundKernel:
-        """The kernel of ``role`` ("update", "stats" or "scan"), loaded and bound on first use."""
+        """The kernel of ``role`` ("update", "stats", "scan" or "restore"), loaded and bound on first use."""
         bound = self._bound.get(role)
         if bound is None:
             module, entry = {"update": (self.kernel_module, self.kernel_entry),
                              "stats": ("optim/optimizer", "grad_stats"),
-                             "scan": ("optim/optimizer", "nonfinite_scan")}[role]
+                             "scan": ("optim/optimizer", "nonfinite_scan"),
+                             "restore": ("optim/optimizer", "nonfinite_restore")}[role]
             bound = self._bound[role] = dev.BoundKernel(dev.load_kernel(module, entry), ctl=self._ctl)
         return bound
 
@@ -227,7 +253,7 @@ class Optimizer:
         """Set every gradient to zero (``step()`` already does this as it consumes them)."""
         n_vec = self.arena.n_vec
         dev.dispatch(dev.load_kernel("optim/optimizer", "fill"), n_vec, None, arena=self.arena.buffer, ctl=self._ctl,
-                     fill_first=n_vec, fill_count=n_vec, fill_value=0.0)
+                     fill_first=0, fill_count=n_vec, fill_value=0.0)
 
     # -- skipped steps -----------------------------------------------------------------------------------------
     def _read_ctl(self) -> np.ndarray:

@@ -67,11 +67,16 @@ def assert_close(actual, expected, rtol=RTOL, what="", scale=None):
     assert not bad.any(), f"{what}: {bad.sum()} elements differ; worst {err.max():.3e} (rtol {rtol})"
 
 
+# how the step checks gradients: double-buffered check (the default), the scan before an in-place update, none
+CHECKS = {"double": {}, "scan": {"double_buffer": False}, "nocheck": {"skip_nonfinite": False}}
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
 @pytest.mark.parametrize("config", CONFIGS, ids=[_ids(c) for c in CONFIGS])
-def test_matches_float64_reference(config):
+def test_matches_float64_reference(config, check):
     kind, cls, kwargs = config
     init, grads = _random_run(seed=len(_ids(config)))
-    params, opt = _run_sopt(cls, kwargs, init, grads)
+    params, opt = _run_sopt(cls, kwargs, init, grads, **CHECKS[check])
     ref = ReferenceOptimizer(kind, init, **kwargs)
     for g in grads:
         ref.step(g)
@@ -168,7 +173,39 @@ def test_lr_change_every_step_without_recompiling():
         used = {role: bound.kernel for role, bound in opt._bound.items()}
         kernels = kernels or used
         assert used == kernels, f"step {k} used kernels {used}, step 0 used {kernels}"
-    assert kernels == {"scan": sopt.device.load_kernel("optim/optimizer", "nonfinite_scan"),
+    assert kernels == {"restore": sopt.device.load_kernel("optim/optimizer", "nonfinite_restore"),
                        "update": sopt.device.load_kernel("optim/sgd", "sgd_step")}
     for p, a, expected in zip(params, init, ref.params):
         assert_close(p.numpy(), expected, what="lr schedule", scale=a)
+
+
+@pytest.mark.parametrize("cls,kwargs,toggle", [
+    (SGD, dict(lr=0.05), ("momentum", 0.9)),
+    (Adam, dict(lr=0.01), ("amsgrad", True)),
+    (RMSprop, dict(lr=0.005), ("centered", True)),
+    (RMSprop, dict(lr=0.005), ("momentum", 0.5)),
+])
+def test_state_of_groups_without_the_feature_is_carried_across_sides(cls, kwargs, toggle):
+    """Group 0 always uses a state slot, group 1 switches it on, off and on again. While off, its state must
+    stay as it was: a double-buffered step writes the other side, so the kernel has to carry it over. The
+    double-buffered run must equal the in-place one bit for bit."""
+    name, value = toggle
+    init, grads = _random_run(seed=17)
+    grads[3] = [10 * g for g in grads[3]]   # the last step before "off": a running max would keep it
+    off = {name: False if isinstance(value, bool) else 0.0}
+    runs = []
+    for options in ({}, {"skip_nonfinite": False}):
+        params = [sopt.Parameter(a, name=f"p{i}") for i, a in enumerate(init)]
+        opt = cls([{"params": params[:2], name: value}, {"params": params[2:], **off}], **kwargs, **options)
+        for k, step_grads in enumerate(grads[:9]):
+            opt.param_groups[1].update({name: value} if k in (2, 3, 7, 8) else off)
+            for p, g in zip(params, step_grads):
+                p.set_grad(g)
+            opt.step()
+        runs.append(([p.numpy() for p in params], opt.state_dict()["state"]))
+    (double_params, double_state), (inplace_params, inplace_state) = runs
+    for a, b in zip(double_params, inplace_params):
+        np.testing.assert_array_equal(a, b)
+    for i in inplace_state:
+        for key, expected in inplace_state[i].items():
+            np.testing.assert_array_equal(double_state[i][key], expected, err_msg=f"state {key} of parameter {i}")

@@ -37,12 +37,14 @@ def test_gradients_are_zero_after_step(cls):
         assert np.array_equal(p.grad_numpy(), np.zeros(p.shape))
 
 
-@pytest.mark.parametrize("skip_nonfinite,max_grad_norm,expected", [(True, None, 2), (False, None, 1), (False, 1.0, 2)])
-def test_dispatches_per_step_do_not_depend_on_parameter_count(skip_nonfinite, max_grad_norm, expected):
+@pytest.mark.parametrize("skip_nonfinite,max_grad_norm,double_buffer,expected", [
+    (True, None, True, 2), (True, None, False, 2), (False, None, True, 1), (False, 1.0, True, 2)])
+def test_dispatches_per_step_do_not_depend_on_parameter_count(skip_nonfinite, max_grad_norm, double_buffer, expected):
     counts = []
     for n in (1, 100):
         params = _params(n)
-        opt = Adam(params, lr=0.01, skip_nonfinite=skip_nonfinite, max_grad_norm=max_grad_norm)
+        opt = Adam(params, lr=0.01, skip_nonfinite=skip_nonfinite, max_grad_norm=max_grad_norm,
+                   double_buffer=double_buffer)
         _set_random_grads(params, 2)
         before = dispatch_count()
         opt.step()
@@ -61,11 +63,12 @@ def test_hundred_parameters_all_updated_in_one_step():
         np.testing.assert_allclose(p.numpy(), x - 0.5 * g, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("double_buffer", [True, False])
 @pytest.mark.parametrize("cls", [Adam, RMSprop, SGD])
-def test_nonfinite_step_changes_nothing(cls):
+def test_nonfinite_step_changes_nothing(cls, double_buffer):
     kwargs = {"lr": 0.01, "momentum": 0.9} if cls in (SGD, RMSprop) else {"lr": 0.01}
     params = _params(3, seed=6)
-    opt = cls(params, **kwargs, poll_every=0)
+    opt = cls(params, **kwargs, poll_every=0, double_buffer=double_buffer)
     _set_random_grads(params, 7)
     opt.step()
     values = [p.numpy() for p in params]
@@ -110,13 +113,15 @@ def test_nonfinite_step_changes_nothing(cls):
         np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_nonfinite_found_anywhere_across_steps_and_passes():
-    """A NaN/Inf at either end of an arena of several scan groups skips exactly its step, on both parities of
-    the scan's flags and when steps alternate with clipping steps (the statistics pass) and unchecked ones."""
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_nonfinite_found_anywhere_across_steps_and_passes(double_buffer):
+    """A NaN/Inf at either end of an arena of several thread groups skips exactly its step, on both parities of
+    the non-finite flags and when steps alternate with clipping steps (the statistics pass) and unchecked ones
+    (in place, so that a double-buffered arena changes sides on some steps only)."""
     rng = np.random.default_rng(11)
     x = rng.standard_normal(20003).astype(np.float32)   # 5001 float4 vectors: 5 groups of the scan pass
     p = sopt.Parameter(x)
-    opt = SGD([p], lr=0.5, poll_every=0)
+    opt = SGD([p], lr=0.5, poll_every=0, double_buffer=double_buffer)
     expected = x.astype(np.float64)
     plan = [  # (bad element or None, max_grad_norm, skip_nonfinite)
         (0, None, True), (None, None, True), (20002, None, True), (20002, None, True), (None, None, True),
@@ -211,6 +216,31 @@ def test_zero_grad_clears_only_gradients():
     for p, v in zip(params, values):
         assert not p.grad_numpy().any()
         assert np.array_equal(p.numpy(), v)
+
+
+def test_double_buffer_memory_follows_the_option():
+    """The second copy of values and state exists only while a step needs it; dropping it keeps the values."""
+    params = _params(3, seed=15)
+    opt = Adam(params, lr=0.01)
+    assert opt.arena.double and opt.arena.storage.shape[0] == (1 + 2 * 3) * opt.arena.n_elements
+    _set_random_grads(params, 16)
+    opt.step()
+    values = [p.numpy() for p in params]
+    state = opt.state_dict()["state"]
+    opt.double_buffer = False
+    _set_random_grads(params, 17)
+    grads = [p.grad_numpy() for p in params]
+    opt.step()
+    assert not opt.arena.double and opt.arena.storage.shape[0] == (1 + 3) * opt.arena.n_elements
+    ref = ReferenceOptimizer("adam", values, lr=0.01)
+    ref.t = 1
+    for i, s in enumerate(ref.state):
+        s.update({"m": np.array(state[i]["exp_avg"], np.float64), "v": np.array(state[i]["exp_avg_sq"], np.float64)})
+    ref.step(grads)
+    for p, expected in zip(params, ref.params):
+        np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert not Adam(_params(2), double_buffer=False).arena.double
+    assert not Adam(_params(2), skip_nonfinite=False).arena.double
 
 
 def test_state_needed_later_is_allocated_when_hyperparameters_change():
