@@ -129,7 +129,8 @@ def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
 def dispatch(kernel: spy.ComputeKernel, threads: int, encoder: spy.CommandEncoder | None = None, **vars: Any) -> None:
     """Launch ``threads`` threads of ``kernel``, recorded into ``encoder`` when given (else submitted now).
 
-    ``vars`` bind the kernel's global shader parameters (and uniform entry-point parameters) by name.
+    ``vars`` bind the kernel's module-level shader parameters by name (for uniform entry-point parameters,
+    which CUDA receives with the launch instead of a separate copy, use a :class:`BoundKernel`).
     """
     global _dispatches
     _dispatches += 1
@@ -151,16 +152,19 @@ class BoundKernel:
     def __init__(self, kernel: spy.ComputeKernel, **vars: Any) -> None:
         self.kernel = kernel
         self._root = get_device().create_root_shader_object(kernel.program)
-        self._cursor = spy.ShaderCursor(self._root)
+        self._globals = spy.ShaderCursor(self._root)
+        self._entry = self._globals.find_entry_point(0)
         self._values: dict[str, Any] = {}
         self.set(**vars)
 
     def set(self, **vars: Any) -> "BoundKernel":
+        """Write arguments by name: uniform entry-point parameters, or else module-level shader parameters."""
         for name, value in vars.items():
             old = self._values.get(name, _UNSET)
             if old is value or (isinstance(value, (int, float)) and type(old) is type(value) and old == value):
                 continue
-            self._cursor[name] = value
+            cursor = self._entry if self._entry.has_field(name) else self._globals
+            cursor[name] = value
             self._values[name] = value
         return self
 

@@ -224,13 +224,13 @@ class Optimizer:
             self._kernel("stats").set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
-            self._kernel("scan").set(arena=buffer, pass_attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
+            self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
         self._kernel("update").set(arena=buffer, attempts=self._attempts, src_side=src,
                                    dst_side=dst).dispatch(arena.n_vec, encoder)
         if check == _PASS_CHECK:
             side_vectors = arena.side_offset(1)
             threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
-            self._kernel("restore").set(arena=buffer, pass_attempts=self._attempts, src_side=src, dst_side=dst,
+            self._kernel("restore").set(arena=buffer, attempts=self._attempts, src_side=src, dst_side=dst,
                                         restore_threads=threads).dispatch(threads, encoder)
             arena.flip()
         if own:
@@ -239,21 +239,23 @@ class Optimizer:
             self.poll_skipped()
 
     def _kernel(self, role: str) -> dev.BoundKernel:
-        """The kernel of ``role`` ("update", "stats", "scan" or "restore"), loaded and bound on first use."""
+        """The kernel of ``role`` ("update", "stats", "scan", "restore" or "fill"), loaded and bound on first use."""
         bound = self._bound.get(role)
         if bound is None:
             module, entry = {"update": (self.kernel_module, self.kernel_entry),
                              "stats": ("optim/optimizer", "grad_stats"),
                              "scan": ("optim/optimizer", "nonfinite_scan"),
-                             "restore": ("optim/optimizer", "nonfinite_restore")}[role]
-            bound = self._bound[role] = dev.BoundKernel(dev.load_kernel(module, entry), ctl=self._ctl)
+                             "restore": ("optim/optimizer", "nonfinite_restore"),
+                             "fill": ("optim/optimizer", "fill")}[role]
+            kernel = dev.load_kernel(module, entry)
+            bound = self._bound[role] = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}))
         return bound
 
     def zero_grad(self) -> None:
         """Set every gradient to zero (``step()`` already does this as it consumes them)."""
         n_vec = self.arena.n_vec
-        dev.dispatch(dev.load_kernel("optim/optimizer", "fill"), n_vec, None, arena=self.arena.buffer, ctl=self._ctl,
-                     fill_first=0, fill_count=n_vec, fill_value=0.0)
+        self._kernel("fill").set(arena=self.arena.buffer, fill_first=0, fill_count=n_vec,
+                                 fill_value=0.0).dispatch(n_vec)
 
     # -- skipped steps -----------------------------------------------------------------------------------------
     def _read_ctl(self) -> np.ndarray:
