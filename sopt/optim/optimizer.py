@@ -98,7 +98,9 @@ class Optimizer:
         self._layout_key: tuple | None = None
         self._attempts = 0
         self._skipped_seen = 0
-        self._bound: dict[str, dev.BoundKernel] = {}   # kernels loaded so far, by role
+        # kernels loaded so far, by role and the (src_side, dst_side) they are bound to: one per direction, so
+        # that a step only writes the arguments that change every step (attempts)
+        self._bound: dict[tuple[str, int, int], dev.BoundKernel] = {}
 
     # -- parameter groups ------------------------------------------------------------------------------------
     @staticmethod
@@ -225,22 +227,22 @@ class Optimizer:
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
             self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
-        self._kernel("update").set(arena=buffer, attempts=self._attempts, src_side=src,
-                                   dst_side=dst).dispatch(arena.n_vec, encoder)
+        self._kernel("update", src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
         if check == _PASS_CHECK:
             side_vectors = arena.side_offset(1)
             threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
-            self._kernel("restore").set(arena=buffer, attempts=self._attempts, src_side=src, dst_side=dst,
-                                        restore_threads=threads).dispatch(threads, encoder)
+            self._kernel("restore", src, dst).set(arena=buffer, attempts=self._attempts,
+                                                  restore_threads=threads).dispatch(threads, encoder)
             arena.flip()
         if own:
             dev.submit(encoder)
         if check != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
 
-    def _kernel(self, role: str) -> dev.BoundKernel:
-        """The kernel of ``role`` ("update", "stats", "scan", "restore" or "fill"), loaded and bound on first use."""
-        bound = self._bound.get(role)
+    def _kernel(self, role: str, src_side: int = 0, dst_side: int = 0) -> dev.BoundKernel:
+        """The kernel of ``role`` ("update", "stats", "scan", "restore" or "fill"), loaded and bound on first use;
+        an update or restore is bound to the arena sides it reads (``src_side``) and writes (``dst_side``)."""
+        bound = self._bound.get((role, src_side, dst_side))
         if bound is None:
             module, entry = {"update": (self.kernel_module, self.kernel_entry),
                              "stats": ("optim/optimizer", "grad_stats"),
@@ -248,7 +250,9 @@ class Optimizer:
                              "restore": ("optim/optimizer", "nonfinite_restore"),
                              "fill": ("optim/optimizer", "fill")}[role]
             kernel = dev.load_kernel(module, entry)
-            bound = self._bound[role] = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}))
+            sides = {"src_side": src_side, "dst_side": dst_side} if role in ("update", "restore") else {}
+            bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides)
+            self._bound[(role, src_side, dst_side)] = bound
         return bound
 
     def zero_grad(self) -> None:

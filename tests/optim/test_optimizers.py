@@ -170,7 +170,7 @@ def test_lr_change_every_step_without_recompiling():
             p.set_grad(g)
         opt.step()
         ref.step(step_grads)
-        used = {role: bound.kernel for role, bound in opt._bound.items()}
+        used = {role: bound.kernel for (role, _, _), bound in opt._bound.items()}
         kernels = kernels or used
         assert used == kernels, f"step {k} used kernels {used}, step 0 used {kernels}"
     assert kernels == {"restore": sopt.device.load_kernel("optim/optimizer", "nonfinite_restore"),
