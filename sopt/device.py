@@ -126,20 +126,6 @@ def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
     return kernel
 
 
-def dispatch(kernel: spy.ComputeKernel, threads: int, encoder: spy.CommandEncoder | None = None, **vars: Any) -> None:
-    """Launch ``threads`` threads of ``kernel``, recorded into ``encoder`` when given (else submitted now).
-
-    ``vars`` bind the kernel's module-level shader parameters by name (for uniform entry-point parameters,
-    which CUDA receives with the launch instead of a separate copy, use a :class:`BoundKernel`).
-    """
-    global _dispatches
-    _dispatches += 1
-    if encoder is None:
-        kernel.dispatch(thread_count=[threads, 1, 1], vars=vars)
-    else:
-        kernel.dispatch(thread_count=[threads, 1, 1], vars=vars, command_encoder=encoder)
-
-
 class BoundKernel:
     """A compute kernel whose arguments stay bound between dispatches.
 
@@ -208,6 +194,6 @@ def synchronize() -> None:
 
 
 __all__: Sequence[str] = (
-    "BoundKernel", "DeviceUnavailableError", "cache_dir", "count_dispatch", "device_kind", "dispatch", "dispatch_count",
+    "BoundKernel", "DeviceUnavailableError", "cache_dir", "count_dispatch", "device_kind", "dispatch_count",
     "get_device", "load_kernel", "load_module", "slang_lib_path", "submit", "synchronize",
 )

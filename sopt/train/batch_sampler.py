@@ -115,7 +115,11 @@ class BatchSampler:
         self.batch = Batch(spy.Tensor.empty(device, (self.batch_size, self.in_dim), "float"),
                            spy.Tensor.empty(device, (self.batch_size, self.out_dim), "float"))
         self.indices = spy.Tensor.empty(device, (self.batch_size,), "uint")
-        self._kernel = dev.load_kernel("train/batch_sampler", "gather_batch")
+        # arguments stay bound between draws; only those that change are rewritten
+        self._kernel = dev.BoundKernel(dev.load_kernel("train/batch_sampler", "gather_batch"),
+                                       src_inputs=self.inputs.storage, src_targets=self.targets.storage,
+                                       batch_inputs=self.batch.inputs.storage,
+                                       batch_targets=self.batch.targets.storage, batch_indices=self.indices.storage)
 
     def sample(self, step: int, encoder: spy.CommandEncoder | None = None) -> Batch:
         """Record the draw of the batch for ``step`` into ``encoder`` (or submit it now); returns the batch."""
@@ -125,10 +129,7 @@ class BatchSampler:
         args = {"seed": self.seed, "step": step, "batch_size": self.batch_size, "n_rows": self.n_rows,
                 "in_dim": self.in_dim, "out_dim": self.out_dim,
                 "in_offset": int(self.inputs.offset), "out_offset": int(self.targets.offset)}
-        dev.dispatch(self._kernel, self.batch_size * (self.in_dim + self.out_dim), encoder, args=args,
-                     src_inputs=self.inputs.storage, src_targets=self.targets.storage,
-                     batch_inputs=self.batch.inputs.storage, batch_targets=self.batch.targets.storage,
-                     batch_indices=self.indices.storage)
+        self._kernel.set(args=args).dispatch(self.batch_size * (self.in_dim + self.out_dim), encoder)
         return self.batch
 
     def __repr__(self) -> str:
