@@ -22,7 +22,8 @@ class Parameter:
     given to an optimiser its storage moves into the optimiser's flat arena; ``tensor`` then returns a view
     into the arena, and with a double-buffered optimiser (the default) the view alternates between the
     arena's two copies of the values from step to step: fetch ``tensor`` / ``values`` when calling a kernel
-    rather than keeping an old reference.
+    rather than keeping an old reference. The view moves when ``optimizer.step(encoder)`` is recorded, so
+    read or load the values only once that encoder has been submitted.
 
     Args:
         array: initial values, any float-convertible array (kept as float32). Must be finite.

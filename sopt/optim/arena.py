@@ -14,6 +14,10 @@ A double-buffered arena keeps the values and state twice ("sides"): an update ma
 the other, so a step found afterwards to have had non-finite gradients is undone by copying the side it
 read back over the side it wrote (see Optimizer). ``side`` is the one holding the current values; the
 Parameters' views follow it.
+
+Adding a state slot or the second side moves everything into a new buffer with device-to-device copies,
+recorded into the caller's command encoder when there is one, so that gradients a backward pass recorded
+earlier into that encoder reach the new buffer.
 """
 
 from __future__ import annotations
@@ -35,8 +39,7 @@ class ParameterArena:
     side of values and state (see the module docstring).
     """
 
-    def __init__(self, groups: list[list[Parameter]], slot_fills: list[np.ndarray] | None = None,
-                 double: bool = False) -> None:
+    def __init__(self, groups: list[list[Parameter]], double: bool = False) -> None:
         seen: set[int] = set()
         for group in groups:
             for p in group:
@@ -56,27 +59,55 @@ class ParameterArena:
                 cursor += -(-p.size // VECTOR) * VECTOR
             self.group_end_vec.append(cursor // VECTOR)
         self.n_vec = max(cursor // VECTOR, 1)
+        self.n_slots = 0
+        self.double = double
         self.side = 0
         values = self.join([p.numpy() for p in self.params])
         grads = self.join([p.grad_numpy() for p in self.params])
-        self._allocate(grads, [values] + list(slot_fills or []), double)
+        self._check_size(0, double)
+        self.storage = spy.Tensor.from_numpy(get_device(), np.concatenate([grads] + [values] * (2 if double else 1)))
+        self._bind_views()
 
-    def _allocate(self, grads: np.ndarray, side: list[np.ndarray], double: bool) -> None:
-        """New storage: ``grads``, then the blocks of one side (values, slots), twice when ``double``."""
-        blocks = [grads] + side * (2 if double else 1)
-        total = len(blocks) * self.n_elements
+    def _check_size(self, n_slots: int, double: bool) -> None:
+        blocks = 1 + (1 + n_slots) * (2 if double else 1)
+        total = blocks * self.n_elements
         if total > _MAX_ELEMENTS:
-            raise ValueError(f"the optimiser's arena would hold {total} floats ({len(blocks)} buffers of "
+            raise ValueError(f"the optimiser's arena would hold {total} floats ({blocks} buffers of "
                              f"{self.n_elements}); at most {_MAX_ELEMENTS} are allowed (32-bit tensor indices): "
                              "split the parameters over several optimisers"
                              + (" or use double_buffer=False" if double else ""))
-        self.storage = spy.Tensor.from_numpy(get_device(), np.concatenate(blocks))
-        self.n_slots = len(side) - 1
-        self.double = double
-        self.side = 0
+
+    def _reallocate(self, fills: list[np.ndarray], double: bool, encoder: spy.CommandEncoder | None) -> None:
+        """Move into a new buffer: the gradients and the current side, plus state slots holding ``fills``, on one
+        side or (``double``) two. Copies run on the GPU, recorded into ``encoder`` (or submitted now)."""
+        n_slots = self.n_slots + len(fills)
+        self._check_size(n_slots, double)
+        device = get_device()
+        own = encoder is None
+        if own:
+            encoder = device.create_command_encoder()
+        old, block_bytes = self.storage, self.n_elements * 4
+        old_side = (1 + self.side_offset(self.side) // self.n_vec) * block_bytes   # byte offset of its values
+        self.n_slots, self.double, self.side = n_slots, double, 0
+        self.storage = spy.Tensor.empty(device, ((1 + (1 + n_slots) * (2 if double else 1)) * self.n_elements,),
+                                        "float")
+        new = self.storage.storage
+        encoder.copy_buffer(new, 0, old.storage, 0, block_bytes)
+        kept = (1 + n_slots - len(fills)) * block_bytes   # values and the slots already there
+        for side in range(2 if double else 1):
+            first = (1 + self.side_offset(side) // self.n_vec) * block_bytes
+            encoder.copy_buffer(new, first, old.storage, old_side, kept)
+            for k, fill in enumerate(fills):
+                encoder.upload_buffer_data(new, first + kept + k * block_bytes, np.asarray(fill, np.float32))
+        if own:
+            device.submit_command_buffer(encoder.finish())
+        self._bind_views()
+
+    def _bind_views(self) -> None:
+        """Point every Parameter at its values on each side and its gradient in the current storage."""
         for p, off in zip(self.params, self.offsets):
             sides = [self.storage.view(p.shape, offset=(self.n_vec + self.side_offset(s)) * VECTOR + off)
-                     for s in range(2 if double else 1)]
+                     for s in range(2 if self.double else 1)]
             p._rebind(sides, self.storage.view(p.shape, offset=off), self)
 
     @property
@@ -92,10 +123,9 @@ class ParameterArena:
         """First float4 vector of side ``side`` minus that of side 0: what the kernels' src/dst_side hold."""
         return side * (1 + self.n_slots) * self.n_vec
 
-    def block(self, index: int, side: int | None = None) -> spy.Tensor:
-        """Block ``index`` of a side (default: the current one) as a flat view: 0 values, 1 + s state slot s."""
-        side = self.side if side is None else side
-        first = self.n_vec + self.side_offset(side) + index * self.n_vec
+    def block(self, index: int) -> spy.Tensor:
+        """Block ``index`` of the current side as a flat view: 0 values, 1 + s state slot s."""
+        first = self.n_vec + self.side_offset(self.side) + index * self.n_vec
         return self.storage.view((self.n_elements,), offset=first * VECTOR)
 
     @property
@@ -109,21 +139,17 @@ class ParameterArena:
     def slot(self, s: int) -> spy.Tensor:
         return self.block(1 + s)
 
-    def _current_side(self) -> list[np.ndarray]:
-        flat = self.storage.to_numpy().reshape(-1, self.n_elements)
-        first = 1 + self.side * (1 + self.n_slots)
-        return list(flat[first:first + 1 + self.n_slots])
-
-    def add_slot(self, fill: np.ndarray) -> int:
-        """Append a state slot holding the flat array ``fill``; returns its index. Re-binds parameter views."""
-        grads = self.grads.to_numpy()
-        self._allocate(grads, self._current_side() + [np.asarray(fill, np.float32)], self.double)
+    def add_slot(self, fill: np.ndarray, encoder: spy.CommandEncoder | None = None) -> int:
+        """Append a state slot holding the flat array ``fill``; returns its index. Re-binds parameter views; the
+        move is recorded into ``encoder`` when given (see the module docstring)."""
+        self._reallocate([fill], self.double, encoder)
         return self.n_slots - 1
 
-    def set_double(self, double: bool) -> None:
-        """Allocate (or drop) the second side; the current values and state are kept. Re-binds parameter views."""
+    def set_double(self, double: bool, encoder: spy.CommandEncoder | None = None) -> None:
+        """Allocate (or drop) the second side; the current values and state are kept. Re-binds parameter views;
+        the move is recorded into ``encoder`` when given (see the module docstring)."""
         if double != self.double:
-            self._allocate(self.grads.to_numpy(), self._current_side(), double)
+            self._reallocate([], double, encoder)
 
     def flip(self) -> None:
         """Make the other side current (after an update that wrote it)."""

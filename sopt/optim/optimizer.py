@@ -90,7 +90,7 @@ class Optimizer:
         self.double_buffer = bool(double_buffer)
         self.poll_every = int(poll_every)
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
-        self.arena = ParameterArena([g["params"] for g in self.param_groups], [], double=self._pass == _PASS_CHECK)
+        self.arena = ParameterArena([g["params"] for g in self.param_groups], double=self._pass == _PASS_CHECK)
         self._ensure_states()
         device = dev.get_device()
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
@@ -99,8 +99,9 @@ class Optimizer:
         self._attempts = 0
         self._skipped_seen = 0
         # kernels loaded so far, by role and the (src_side, dst_side) they are bound to: one per direction, so
-        # that a step only writes the arguments that change every step (attempts)
+        # that a step only writes the arguments that change every step (attempts); all bound to _bound_buffer
         self._bound: dict[tuple[str, int, int], dev.BoundKernel] = {}
+        self._bound_buffer: spy.Buffer | None = None
 
     # -- parameter groups ------------------------------------------------------------------------------------
     @staticmethod
@@ -149,17 +150,15 @@ class Optimizer:
         raise NotImplementedError
 
     # -- state slots and the control buffer ------------------------------------------------------------------------
-    def _ensure_states(self, also: Iterable[str] = ()) -> None:
-        """Allocate the state slots the current hyperparameters need (and ``also``), in the kernel's order."""
+    def _ensure_states(self, also: Iterable[str] = (), encoder: spy.CommandEncoder | None = None) -> None:
+        """Allocate the state slots the current hyperparameters need (and ``also``), in the kernel's order; the
+        arena's move into a larger buffer is recorded into ``encoder`` when given."""
         needed = self.required_states() | set(also)
         for name in self.state_names:
             if name in needed and name not in self._slots:
-                self._add_state(name)
-
-    def _add_state(self, name: str) -> None:
-        per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)
-                     for g in self.param_groups for p in g["params"]]
-        self._slots[name] = self.arena.add_slot(self.arena.join(per_param))
+                per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)
+                             for g in self.param_groups for p in g["params"]]
+                self._slots[name] = self.arena.add_slot(self.arena.join(per_param), encoder)
 
     def _state_tensor(self, name: str) -> spy.Tensor:
         return self.arena.slot(self._slots[name])
@@ -203,16 +202,22 @@ class Optimizer:
         """One update of every parameter; gradients are zero afterwards.
 
         With ``encoder`` the dispatches are recorded into it (the caller submits); otherwise they are
-        submitted now. The host does not wait for the GPU.
+        submitted now. The host does not wait for the GPU. With a double-buffered arena the Parameters' views
+        move to the side this step writes as soon as it is recorded: read or load values only after the encoder
+        is submitted.
         """
-        self._ensure_states()
-        check = self._pass
-        arena = self.arena
-        if check == _PASS_CHECK or not self.double_buffer:
-            arena.set_double(check == _PASS_CHECK)
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
+        self._ensure_states(encoder=encoder)
+        check = self._pass
+        arena = self.arena
+        if check == _PASS_CHECK or not self.double_buffer:
+            # the second side is allocated when a step first needs it and dropped with double_buffer=False
+            arena.set_double(check == _PASS_CHECK, encoder)
+        if arena.buffer is not self._bound_buffer:
+            self._bound.clear()   # kernels bound to a previous buffer would keep it alive
+            self._bound_buffer = arena.buffer
         key, words = self._layout_words()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given

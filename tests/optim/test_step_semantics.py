@@ -218,8 +218,36 @@ def test_zero_grad_clears_only_gradients():
         assert np.array_equal(p.numpy(), v)
 
 
+@pytest.mark.parametrize("change", ["second side", "new state slot"])
+def test_gradients_recorded_before_a_step_that_moves_the_arena_are_used(change):
+    """A step that must move the arena into a new buffer (the second side of the default check appears, or a
+    state slot for newly enabled momentum) copies it on the GPU, in the step's encoder: gradients that a
+    backward pass recorded earlier into the same encoder (here an upload into p.grad) reach the update."""
+    device = sopt.get_device()
+    p = sopt.Parameter(np.ones(4))
+    opt = SGD([p], lr=1.0, skip_nonfinite=False)
+    p.set_grad(np.full(4, 0.5))
+    opt.step()
+    buffer = opt.arena.buffer
+    if change == "second side":
+        opt.skip_nonfinite = True
+    else:
+        opt.param_groups[0]["momentum"] = 0.9
+    encoder = device.create_command_encoder()
+    encoder.upload_buffer_data(p.grad.storage, p.grad.offset * 4, np.full(4, 2.0, np.float32))
+    opt.step(encoder)
+    device.submit_command_buffer(encoder.finish())
+    assert opt.arena.buffer is not buffer
+    # t = 2: a fresh momentum buffer is zero, so buf = 0.9 * 0 + g = g either way
+    np.testing.assert_array_equal(p.numpy(), np.full(4, 0.5 - 2.0, np.float32))
+    assert not p.grad_numpy().any()
+    assert all(bound._values["arena"] is opt.arena.buffer for bound in opt._bound.values()), \
+        "a kernel still holds the previous buffer"
+
+
 def test_double_buffer_memory_follows_the_option():
-    """The second copy of values and state exists only while a step needs it; dropping it keeps the values."""
+    """The second copy of values and state is allocated when a step first needs it and dropped with
+    double_buffer=False, keeping the values and state."""
     params = _params(3, seed=15)
     opt = Adam(params, lr=0.01)
     assert opt.arena.double and opt.arena.storage.shape[0] == (1 + 2 * 3) * opt.arena.n_elements
@@ -232,6 +260,7 @@ def test_double_buffer_memory_follows_the_option():
     grads = [p.grad_numpy() for p in params]
     opt.step()
     assert not opt.arena.double and opt.arena.storage.shape[0] == (1 + 3) * opt.arena.n_elements
+    assert all(bound._values["arena"] is opt.arena.buffer for bound in opt._bound.values())
     ref = ReferenceOptimizer("adam", values, lr=0.01)
     ref.t = 1
     for i, s in enumerate(ref.state):
