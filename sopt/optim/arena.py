@@ -65,11 +65,16 @@ class ParameterArena:
         values = self.join([p.numpy() for p in self.params])
         grads = self.join([p.grad_numpy() for p in self.params])
         self._check_size(0, double)
-        self.storage = spy.Tensor.from_numpy(get_device(), np.concatenate([grads] + [values] * (2 if double else 1)))
+        self.storage = spy.Tensor.from_numpy(get_device(), np.concatenate([grads] + [values] * self.n_sides))
         self._bind_views()
 
+    @staticmethod
+    def _n_blocks(n_slots: int, double: bool) -> int:
+        """Blocks of a storage: the gradients, then values and ``n_slots`` state slots per side."""
+        return 1 + (1 + n_slots) * (2 if double else 1)
+
     def _check_size(self, n_slots: int, double: bool) -> None:
-        blocks = 1 + (1 + n_slots) * (2 if double else 1)
+        blocks = self._n_blocks(n_slots, double)
         total = blocks * self.n_elements
         if total > _MAX_ELEMENTS:
             raise ValueError(f"the optimiser's arena would hold {total} floats ({blocks} buffers of "
@@ -86,16 +91,15 @@ class ParameterArena:
         own = encoder is None
         if own:
             encoder = device.create_command_encoder()
-        old, block_bytes = self.storage, self.n_elements * 4
-        old_side = (1 + self.side_offset(self.side) // self.n_vec) * block_bytes   # byte offset of its values
+        old, block_bytes, vector_bytes = self.storage, self.n_elements * 4, VECTOR * 4
+        old_side = self.values_vec(self.side) * vector_bytes
         self.n_slots, self.double, self.side = n_slots, double, 0
-        self.storage = spy.Tensor.empty(device, ((1 + (1 + n_slots) * (2 if double else 1)) * self.n_elements,),
-                                        "float")
+        self.storage = spy.Tensor.empty(device, (self._n_blocks(n_slots, double) * self.n_elements,), "float")
         new = self.storage.storage
         encoder.copy_buffer(new, 0, old.storage, 0, block_bytes)
         kept = (1 + n_slots - len(fills)) * block_bytes   # values and the slots already there
-        for side in range(2 if double else 1):
-            first = (1 + self.side_offset(side) // self.n_vec) * block_bytes
+        for side in range(self.n_sides):
+            first = self.values_vec(side) * vector_bytes
             encoder.copy_buffer(new, first, old.storage, old_side, kept)
             for k, fill in enumerate(fills):
                 encoder.upload_buffer_data(new, first + kept + k * block_bytes, np.asarray(fill, np.float32))
@@ -106,8 +110,7 @@ class ParameterArena:
     def _bind_views(self) -> None:
         """Point every Parameter at its values on each side and its gradient in the current storage."""
         for p, off in zip(self.params, self.offsets):
-            sides = [self.storage.view(p.shape, offset=(self.n_vec + self.side_offset(s)) * VECTOR + off)
-                     for s in range(2 if self.double else 1)]
+            sides = [self.storage.view(p.shape, offset=self.values_vec(s) * VECTOR + off) for s in range(self.n_sides)]
             p._rebind(sides, self.storage.view(p.shape, offset=off), self)
 
     @property
@@ -119,13 +122,21 @@ class ParameterArena:
     def buffer(self) -> spy.Buffer:
         return self.storage.storage
 
+    @property
+    def n_sides(self) -> int:
+        return 2 if self.double else 1
+
     def side_offset(self, side: int) -> int:
         """First float4 vector of side ``side`` minus that of side 0: what the kernels' src/dst_side hold."""
         return side * (1 + self.n_slots) * self.n_vec
 
+    def values_vec(self, side: int) -> int:
+        """First float4 vector of side ``side``'s values (its state slots follow, a block each)."""
+        return self.n_vec + self.side_offset(side)
+
     def block(self, index: int) -> spy.Tensor:
         """Block ``index`` of the current side as a flat view: 0 values, 1 + s state slot s."""
-        first = self.n_vec + self.side_offset(self.side) + index * self.n_vec
+        first = self.values_vec(self.side) + index * self.n_vec
         return self.storage.view((self.n_elements,), offset=first * VECTOR)
 
     @property

@@ -215,16 +215,16 @@ class Optimizer:
         if check == _PASS_CHECK or not self.double_buffer:
             # the second side is allocated when a step first needs it and dropped with double_buffer=False
             arena.set_double(check == _PASS_CHECK, encoder)
-        if arena.buffer is not self._bound_buffer:
+        buffer = arena.buffer
+        if buffer is not self._bound_buffer:
             self._bound.clear()   # kernels bound to a previous buffer would keep it alive
-            self._bound_buffer = arena.buffer
+            self._bound_buffer = buffer
         key, words = self._layout_words()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
             encoder.upload_buffer_data(self._ctl, 4 * _CTL_LAYOUT, words)
             self._layout_key = key
         self._attempts += 1
-        buffer = arena.buffer
         src = arena.side_offset(arena.side)
         dst = arena.side_offset(arena.side ^ 1) if check == _PASS_CHECK else src
         if check == _PASS_STATS:
