@@ -4,20 +4,37 @@ Selection: CUDA where an NVIDIA driver works, else Vulkan (a GPU, or Mesa's soft
 ``SOPT_DEVICE=cuda|vulkan`` forces one. SlangPy's CPU device is never used: it cannot dispatch calls.
 
 Compiled shaders are cached on disk (``SOPT_CACHE_DIR``, default ``$XDG_CACHE_HOME/sopt`` or
-``~/.cache/sopt``) so that a second process does not recompile every kernel.
+``~/.cache/sopt``) so that a second process does not recompile every kernel. A kernel's first compile can
+take seconds (tens on the software driver); :func:`compiling` says so on the ``"sopt"`` logger (stderr by
+default; ``logging.getLogger("sopt").setLevel(logging.WARNING)`` silences it) when the disk cache has not
+seen that kernel before. An unwritable cache folder is reported once and sopt runs without a disk cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import hashlib
+import logging
 import os
 import pathlib
 import sys
-from typing import Any, Sequence
+import tempfile
+import warnings
+from typing import Any, Iterator, Sequence
 
 import slangpy as spy
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+
+log = logging.getLogger("sopt")
+if not log.handlers:
+    # compile notices should reach a user who configured no logging; their own config can still take over
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("sopt: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
 
 
 def slang_lib_path() -> pathlib.Path:
@@ -45,6 +62,10 @@ class DeviceUnavailableError(RuntimeError):
 
 _KINDS = {"cuda": spy.DeviceType.cuda, "vulkan": spy.DeviceType.vulkan}
 _device: spy.Device | None = None
+_disk_cache: pathlib.Path | None = None   # the writable cache folder of the device's kind, None without one
+_compiled_here: set[str] = set()           # compile labels already checked in this process
+_sources_digest: str | None = None
+_unwritable_warned: set[pathlib.Path] = set()
 _modules: dict[str, spy.Module] = {}
 _kernels: dict[tuple[str, str], spy.ComputeKernel] = {}
 _dispatches = 0
@@ -64,16 +85,37 @@ def _create(kind: str) -> spy.Device:
         missing = _cuda_driver_missing()
         if missing:
             raise RuntimeError(missing)
-    cache = cache_dir() / kind
-    cache.mkdir(parents=True, exist_ok=True)
-    return spy.Device(
+    global _disk_cache
+    cache = _writable_cache(cache_dir() / kind)
+    caches = {} if cache is None else {"shader_cache_path": str(cache / "shaders"),
+                                       "module_cache_path": str(cache / "modules")}
+    device = spy.Device(
         type=_KINDS[kind],
         enable_hot_reload=False,
         compiler_options={"include_paths": [str(slang_lib_path()), str(spy.SHADER_PATH)]},
-        shader_cache_path=str(cache / "shaders"),
-        module_cache_path=str(cache / "modules"),
         label="sopt",
+        **caches,
     )
+    _disk_cache = cache
+    return device
+
+
+def _writable_cache(folder: pathlib.Path) -> pathlib.Path | None:
+    """``folder``, created, if a file can be written in it; else None after one warning (no disk cache: a
+    read-only cache would otherwise make device creation fail, and SlangPy would try to delete it)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return folder
+    except OSError as exc:
+        if folder.parent in _unwritable_warned:
+            return None
+        _unwritable_warned.add(folder.parent)
+        warnings.warn(f"sopt's shader cache folder {str(folder)!r} is not writable ({exc.strerror or exc}); running "
+                      "without a disk cache, so every process compiles its kernels again. Set SOPT_CACHE_DIR to a "
+                      "writable folder to keep them.", RuntimeWarning, stacklevel=4)
+        return None
 
 
 def get_device() -> spy.Device:
@@ -83,7 +125,8 @@ def get_device() -> spy.Device:
         return _device
     wanted = os.environ.get("SOPT_DEVICE", "").strip().lower()
     if wanted and wanted not in _KINDS:
-        raise ValueError(f"SOPT_DEVICE={wanted!r} is not a backend sopt supports; use 'cuda' or 'vulkan'")
+        raise ValueError(f"SOPT_DEVICE={os.environ['SOPT_DEVICE']!r} is not supported: allowed are "
+                         f"{', '.join(repr(k) for k in _KINDS)}, or unset to pick CUDA where it works, else Vulkan")
     tried: list[str] = []
     for kind in [wanted] if wanted else ["cuda", "vulkan"]:
         try:
@@ -105,6 +148,45 @@ def device_kind() -> str:
     return "cuda" if get_device().info.type == spy.DeviceType.cuda else "vulkan"
 
 
+def _slang_sources_digest() -> str:
+    """A hash of sopt's Slang sources, so that compile notices follow edits of them."""
+    global _sources_digest
+    if _sources_digest is None:
+        h = hashlib.sha1()
+        for path in sorted(slang_lib_path().rglob("*.slang")):
+            h.update(path.relative_to(slang_lib_path()).as_posix().encode())
+            h.update(path.read_bytes())
+        _sources_digest = h.hexdigest()
+    return _sources_digest
+
+
+@contextlib.contextmanager
+def compiling(what: str) -> Iterator[None]:
+    """Wrap the first use in a process of a kernel whose compile may be slow: logs "compiling kernels for
+    ``what``" before it unless the disk cache has compiled it before (a marker per kernel and sources
+    version, written once the body succeeds). Within one process each ``what`` is checked once."""
+    if what in _compiled_here:
+        yield
+        return
+    device_name = device_kind()
+    marker = None
+    if _disk_cache is not None:
+        digest = hashlib.sha1(f"{_slang_sources_digest()}|{what}".encode()).hexdigest()
+        marker = _disk_cache / "compiled" / digest
+    if marker is None:
+        log.info("compiling kernels for %s on %s (no disk cache)", what, device_name)
+    elif not marker.exists():
+        log.info("compiling kernels for %s on %s (first use; cached in %s afterwards)", what, device_name, _disk_cache)
+    yield
+    _compiled_here.add(what)
+    if marker is not None and not marker.exists():
+        try:
+            marker.parent.mkdir(exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass  # the notice repeats next time; nothing else depends on the marker
+
+
 def load_module(name: str) -> spy.Module:
     """SlangPy module for ``slang_lib/<name>.slang`` (e.g. ``"optim/adam"``), loaded once per process."""
     module = _modules.get(name)
@@ -120,8 +202,9 @@ def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
     kernel = _kernels.get(key)
     if kernel is None:
         device = get_device()
-        program = device.load_program(str(slang_lib_path() / f"{module}.slang"), [entry_point])
-        kernel = device.create_compute_kernel(program)
+        with compiling(f"{module}.slang:{entry_point}"):
+            program = device.load_program(str(slang_lib_path() / f"{module}.slang"), [entry_point])
+            kernel = device.create_compute_kernel(program)
         _kernels[key] = kernel
     return kernel
 
@@ -194,6 +277,6 @@ def synchronize() -> None:
 
 
 __all__: Sequence[str] = (
-    "BoundKernel", "DeviceUnavailableError", "cache_dir", "count_dispatch", "device_kind", "dispatch_count",
+    "BoundKernel", "DeviceUnavailableError", "cache_dir", "compiling", "count_dispatch", "device_kind", "dispatch_count",
     "get_device", "load_kernel", "load_module", "slang_lib_path", "submit", "synchronize",
 )

@@ -20,7 +20,7 @@ def test_unknown_backend_and_missing_driver_give_one_clear_error(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), "SOPT_DEVICE": "metal"}
     r = subprocess.run([sys.executable, "-c", "import sopt; sopt.get_device()"], env=env, capture_output=True,
                        text=True)
-    assert r.returncode != 0 and "SOPT_DEVICE='metal' is not a backend sopt supports" in r.stderr
+    assert r.returncode != 0 and "SOPT_DEVICE='metal' is not supported: allowed are 'cuda', 'vulkan'" in r.stderr
     # no Vulkan driver: point the loader at an empty ICD list; CUDA is forced, then Vulkan is tried alone
     env.update(SOPT_DEVICE="vulkan", VK_ICD_FILENAMES=str(tmp_path / "none.json"), VK_DRIVER_FILES=str(tmp_path / "none.json"))
     code = "import sopt\ntry:\n    sopt.get_device()\nexcept sopt.device.DeviceUnavailableError as e:\n    print('ERR', e)\n"
@@ -34,3 +34,42 @@ def test_shader_cache_lives_in_the_cache_folder(tmp_path, monkeypatch):
     assert device.cache_dir() == tmp_path
     assert (device.cache_dir() / device.device_kind()).parent == tmp_path
     assert device.slang_lib_path().joinpath("optim", "adam.slang").is_file()
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env}
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, cwd=REPO)
+
+
+_LINEAR = ("import numpy as np, sopt\nfrom sopt.nn import Linear\n"
+           "y = Linear(3, 5, activation='relu').forward(sopt.Parameter(np.ones((4, 3))).values)\n"
+           "print('y', y.to_numpy().shape)\n")
+
+
+def test_command_line_reports_unknown_backend_in_one_line() -> None:
+    r = subprocess.run([sys.executable, "-m", "problems.neural_field_image", "--steps", "1", "--no-progress"],
+                       env={**os.environ, "SOPT_DEVICE": "metal"}, capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("error: SOPT_DEVICE='metal' is not supported: allowed are 'cuda', 'vulkan', or unset "
+                                "to pick CUDA where it works, else Vulkan")
+
+
+def test_first_compile_is_announced_and_cached_runs_are_quiet(tmp_path) -> None:
+    first = _run(_LINEAR, SOPT_CACHE_DIR=str(tmp_path))
+    assert first.returncode == 0 and "y (4, 5)" in first.stdout, first.stderr
+    assert "sopt: compiling kernels for nn/linear.slang:linear_forward<3,5,ReLU>" in first.stderr
+    assert f"cached in {tmp_path}" in first.stderr
+    second = _run(_LINEAR, SOPT_CACHE_DIR=str(tmp_path))
+    assert second.returncode == 0 and "y (4, 5)" in second.stdout
+    assert "compiling" not in second.stderr
+
+
+def test_unwritable_cache_folder_warns_once_and_runs_without_disk_cache(tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    r = _run(_LINEAR, SOPT_CACHE_DIR=str(blocker / "cache"))
+    assert r.returncode == 0 and "y (4, 5)" in r.stdout, r.stderr
+    assert r.stderr.count("is not writable") == 1 and "SOPT_CACHE_DIR" in r.stderr
+    assert str(blocker / "cache") in r.stderr and "no GPU backend" not in r.stderr
+    assert "(no disk cache)" in r.stderr
+    assert blocker.read_text() == "not a folder"

@@ -27,10 +27,11 @@ def main(argv: list[str] | None = None) -> int:
             image = load_image(args.image, max_side=config["image_size"])
         else:
             image = generated_image(config["image_size"])
-    except ValueError as exc:
+        device = sopt.get_device()
+    except (ValueError, sopt.device.DeviceUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"device: {sopt.device_kind()} ({sopt.get_device().info.adapter_name}); image {image.shape[1]}x"
+    print(f"device: {sopt.device_kind()} ({device.info.adapter_name}); image {image.shape[1]}x"
           f"{image.shape[0]} from {args.image or 'the generator'}; {config['steps']} steps of {config['batch_size']} pixels")
     try:
         result = fit_image(image, config, args.out, progress=not args.no_progress)

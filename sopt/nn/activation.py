@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Iterator
 import slangpy as spy
 
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.nn.kernels import function, launch
+from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.validation import check_float
@@ -55,7 +55,7 @@ class Activation(Module):
         check_output(y, n, f, type(self).__name__)
         if not has_grad(x):
             return
-        launch(function("nn/activation", f"activation_backprop<{self.slang_name}>").bwds, encoder,
+        launch(backward_function("nn/activation", f"activation_backprop<{self.slang_name}>"), encoder,
                spy.grid((n, f)), batch_in(x, True), spy.float2(*self.slang_params), batch_grad(y))
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 import slangpy as spy
 
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.nn.kernels import function, launch
+from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.validation import check_int
@@ -36,7 +36,7 @@ class FrequencyEncoding(Module):
         self.out_features = self.in_dims * self.n_freqs * 2
         sizes = f"{self.in_dims},{self.n_freqs}"
         self._forward_fn = function("nn/frequency", f"frequency_forward<{sizes}>")
-        self._backprop_fn = function("nn/frequency", f"frequency_backprop<{sizes}>").bwds
+        self._backprop_fn = backward_function("nn/frequency", f"frequency_backprop<{sizes}>")
         self._buffers = BatchBuffers()
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:

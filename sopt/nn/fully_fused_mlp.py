@@ -184,11 +184,12 @@ class FullyFusedMLP(Module):
                 names.append(name)
         device = dev.get_device()
         key = f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{act}_{out_act}"
-        module = device.load_module_from_source(key, "\n".join(lines))
         kernels = {}
-        for name in names:
-            program = device.link_program([module], [module.entry_point(name)])
-            kernels[name] = device.create_compute_kernel(program)
+        with dev.compiling(f"FullyFusedMLP ({self.in_features} -> {h} x {L} -> {out})"):
+            module = device.load_module_from_source(key, "\n".join(lines))
+            for name in names:
+                program = device.link_program([module], [module.entry_point(name)])
+                kernels[name] = device.create_compute_kernel(program)
         self._kernels = kernels
         return kernels
 

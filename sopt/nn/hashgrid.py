@@ -11,7 +11,7 @@ import slangpy as spy
 
 from sopt import init
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.nn.kernels import function, launch
+from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
@@ -96,7 +96,7 @@ class HashGridEncoding(Module):
         init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
         sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
         self._forward_fn = function("nn/hashgrid", f"hashgrid_forward<{sizes}>")
-        self._backprop_fn = function("nn/hashgrid", f"hashgrid_backprop<{sizes}>").bwds
+        self._backprop_fn = backward_function("nn/hashgrid", f"hashgrid_backprop<{sizes}>")
         self._level_args = {
             "scale": [lv.scale for lv in self.levels], "resolution": [lv.resolution for lv in self.levels],
             "offset": [lv.offset for lv in self.levels], "size": [lv.size for lv in self.levels],

@@ -12,7 +12,7 @@ from slangpy.slangpy import Shape
 from sopt import init
 from sopt.nn.activation import Activation, make_activation
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy, has_grad
-from sopt.nn.kernels import function, launch
+from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
@@ -58,7 +58,7 @@ class Linear(Module):
         act = self.activation.slang_name if self.activation is not None else "Identity"
         sizes = f"{self.in_features},{self.out_features}"
         self._forward_fn = function("nn/linear", f"linear_forward<{sizes},{act}>")
-        self._backprop_fn = function("nn/linear", f"linear_backprop<{sizes},{act}>").bwds
+        self._backprop_fn = backward_function("nn/linear", f"linear_backprop<{sizes},{act}>")
         self._tiles = (-(-self.out_features // TILE), -(-(self.in_features + int(bias)) // TILE))
         rows = max(1, min(self._tiles[0], GROUP_THREADS // self._tiles[1]))
         group = (1, rows, self._tiles[1]) if self._tiles[1] <= GROUP_THREADS else (1, 1, GROUP_THREADS)

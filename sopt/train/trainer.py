@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from sopt import checkpoint
 from sopt import device as dev
 from sopt.train.callback import Callback
+from sopt.train.checkpointing import Checkpoint
 from sopt.validation import check_int
 
 
@@ -193,6 +194,9 @@ class Trainer:
             history = ""
         if self.last_checkpoint is not None:
             keep = f"The last good checkpoint, {self.last_checkpoint[0]!r} from step {self.last_checkpoint[1]}, is kept."
+        elif savers := [cb for cb in self.callbacks if isinstance(cb, Checkpoint)]:
+            keep = (f"No checkpoint had been written yet: the run diverged before step {savers[0].every}, where "
+                    f"the Checkpoint callback would have written {savers[0].path!r} first.")
         else:
             keep = "No checkpoint had been written (add a sopt.train.Checkpoint callback to keep one)."
         return NonFiniteError(f"training stopped at step {self.step}: {what}{history}. {keep} Lower the learning "

@@ -100,6 +100,18 @@ def test_nonfinite_loss_stops_with_clear_message_and_keeps_last_good_checkpoint(
     assert last["event"] == "end" and last["reason"].startswith("non-finite") and last["step"] == info.value.step
 
 
+def test_divergence_before_the_first_checkpoint_says_none_was_written_yet(tmp_path) -> None:
+    ckpt = tmp_path / "ckpt.npz"
+    trainer, _, _ = _setup(sopt.optim.SGD, lr=0.5, log_every=5,
+                           callbacks=[Checkpoint(ckpt, every=50), _SetLR(5, 1e30)])
+    with pytest.raises(NonFiniteError) as info:
+        trainer.fit(100)
+    message = str(info.value)
+    assert "No checkpoint had been written yet: the run diverged before step 50" in message
+    assert repr(str(ckpt)) in message and "add a sopt.train.Checkpoint" not in message
+    assert info.value.last_checkpoint is None and not ckpt.exists()
+
+
 class _Poison(Callback):
     """Writes an Inf into one parameter at ``step`` after the loss was read (a corruption the loss misses)."""
 
