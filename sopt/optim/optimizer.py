@@ -2,24 +2,37 @@
 
 A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters. At its
 heart is the optimiser's update kernel: it reads each gradient, writes zero in its place (zero-on-step) and,
-unless the step is skipped, applies the update rule to values and state. Around it, by options:
+unless the step is skipped, applies the update rule to values and state. A step is *non-finite* when a
+gradient holds a NaN/Inf, or when the values or state the update computes do (an update that overflows
+float32, e.g. Adam with ``lr=1e40``: a finite lr, so accepted, whose result is not). Around the update, by
+options:
 
-* ``skip_nonfinite=False``, no ``max_grad_norm``: the update alone, in place. One dispatch.
-* ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
-  gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU whether the step is skipped
-  (any NaN/Inf, when ``skip_nonfinite``) and the clip coefficient ``min(1, max_grad_norm / (||g||_2 + 1e-6))``
-  (torch.nn.utils.clip_grad_norm_). The update then runs in place, starting at the end of the arena, the part
-  of the gradients grad_stats read last and that is still in L2.
-* ``skip_nonfinite`` without clipping (the default), ``double_buffer=True`` (the default): the update reads
-  values and state from one side of a double-buffered arena and writes them to the other, raising a flag
-  when a gradient it reads holds a NaN/Inf; ``nonfinite_restore`` then copies the side read over the side
-  written when the flag is up (and otherwise does nothing). The check thus costs no extra pass over the
+* ``skip_nonfinite=False``, no ``max_grad_norm``: the update alone, in place, checking nothing. One dispatch.
+* ``skip_nonfinite`` (the default), ``double_buffer=True`` (the default): the update reads values and state
+  from one side of a double-buffered arena and writes them to the other, raising a flag when a gradient it
+  reads, or a value or state it writes, holds a NaN/Inf (one more ``isfinite`` per float4 written, in
+  registers); ``nonfinite_restore`` then copies the side read over the side written when the flag is up (and
+  otherwise does nothing), counting the step in ``skipped_steps``. The check thus costs no extra pass over the
   gradients, for a second copy of values and state in memory; the Parameters' views follow the current side.
-* the same with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the gradients that
-  raises the flag, then the update in place, skipped when the flag is up.
+  Two dispatches.
+* ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
+  gradient vectors holding a NaN/Inf, reduced on the GPU into the clip coefficient
+  ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_). The sum of squares is kept
+  scaled by a power of two (LAPACK's nrm2), so finite gradients whose norm, or its square, exceeds float32
+  are clipped exactly, not mistaken for NaN/Inf; below 2^40 per element it is the plain sum, bit for bit.
+  With ``skip_nonfinite`` and ``double_buffer`` the update is then the double-buffered checked one above,
+  plus restore (three dispatches); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
+  gradients hold a NaN/Inf even with ``skip_nonfinite=False`` (their norm would be NaN).
+* ``skip_nonfinite`` with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the
+  gradients that raises the flag, then the update in place, skipped when the flag is up. Two dispatches.
 
-The host never waits for the GPU inside ``step()``; it reads the skipped-step count every ``poll_every``
-steps (and in ``state_dict`` / ``skipped_steps``) to warn once when steps were skipped.
+An in-place update (``double_buffer=False``, or ``max_grad_norm`` with ``skip_nonfinite=False``) cannot undo a
+step whose *result* is non-finite once it has written it: it counts such a step in ``nonfinite_results`` (not
+in ``skipped_steps``: it was applied) and warns that parameters now hold non-finite values, which the
+Trainer's next loss reports.
+
+The host never waits for the GPU inside ``step()``; it reads the counts every ``poll_every`` steps (and in
+``state_dict`` / ``skipped_steps`` / ``nonfinite_results``) to warn once when steps were skipped or spoiled.
 
 Differences from torch.optim: every parameter of the optimiser always has a gradient (zero when nothing
 wrote one), so all parameters are stepped together like torch with ``zero_grad(set_to_none=False)``, and
@@ -66,12 +79,14 @@ class Optimizer:
         defaults: hyperparameters of groups that don't set them.
         max_grad_norm: when set (> 0), all gradients are scaled by ``min(1, max_grad_norm / (||g|| + 1e-6))``
             before the update, ``||g||`` the 2-norm over every parameter of this optimiser.
-        skip_nonfinite: when True, a step whose gradients hold any NaN/Inf leaves parameters and state
-            untouched (gradients are still zeroed) and is counted in ``skipped_steps``.
-        double_buffer: with ``skip_nonfinite`` and no ``max_grad_norm``, keep values and state twice so the
-            check rides on the update (one pass over the arena instead of a scan of the gradients first);
-            False saves that memory (4 bytes per parameter per copy of values and state) for an extra read of
-            every gradient per step.
+        skip_nonfinite: when True, a step whose gradients, or the values or state it computes, hold any NaN/Inf
+            leaves parameters and state untouched (gradients are still zeroed) and is counted in
+            ``skipped_steps``; in place (``double_buffer=False``) only non-finite gradients can be skipped,
+            non-finite results are counted in ``nonfinite_results`` (see the module docstring).
+        double_buffer: with ``skip_nonfinite``, keep values and state twice so the check rides on the update
+            (one pass over the arena instead of a scan of the gradients first) and can undo a step whose
+            result is non-finite; False saves that memory (4 bytes per parameter per copy of values and
+            state) for an extra read of every gradient per step without clipping.
         poll_every: steps between host reads of the skipped-step count (each read waits for the GPU).
     """
 
