@@ -2,24 +2,37 @@
 
 A step is a fixed number of dispatches over the whole flat arena, whatever the number of parameters. At its
 heart is the optimiser's update kernel: it reads each gradient, writes zero in its place (zero-on-step) and,
-unless the step is skipped, applies the update rule to values and state. Around it, by options:
+unless the step is skipped, applies the update rule to values and state. A step is *non-finite* when a
+gradient holds a NaN/Inf, or when the values or state the update computes do (an update that overflows
+float32, e.g. Adam with ``lr=1e40``: a finite lr, so accepted, whose result is not). Around the update, by
+options:
 
-* ``skip_nonfinite=False``, no ``max_grad_norm``: the update alone, in place. One dispatch.
-* ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
-  gradient vectors holding a NaN/Inf, reduced on the GPU. It decides on the GPU whether the step is skipped
-  (any NaN/Inf, when ``skip_nonfinite``) and the clip coefficient ``min(1, max_grad_norm / (||g||_2 + 1e-6))``
-  (torch.nn.utils.clip_grad_norm_). The update then runs in place, starting at the end of the arena, the part
-  of the gradients grad_stats read last and that is still in L2.
-* ``skip_nonfinite`` without clipping (the default), ``double_buffer=True`` (the default): the update reads
-  values and state from one side of a double-buffered arena and writes them to the other, raising a flag
-  when a gradient it reads holds a NaN/Inf; ``nonfinite_restore`` then copies the side read over the side
-  written when the flag is up (and otherwise does nothing). The check thus costs no extra pass over the
+* ``skip_nonfinite=False``, no ``max_grad_norm``: the update alone, in place, checking nothing. One dispatch.
+* ``skip_nonfinite`` (the default), ``double_buffer=True`` (the default): the update reads values and state
+  from one side of a double-buffered arena and writes them to the other, raising a flag when a gradient it
+  reads, or a value or state it writes, holds a NaN/Inf (one more ``isfinite`` per float4 written, in
+  registers); ``nonfinite_restore`` then copies the side read over the side written when the flag is up (and
+  otherwise does nothing), counting the step in ``skipped_steps``. The check thus costs no extra pass over the
   gradients, for a second copy of values and state in memory; the Parameters' views follow the current side.
-* the same with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the gradients that
-  raises the flag, then the update in place, skipped when the flag is up.
+  Two dispatches.
+* ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
+  gradient vectors holding a NaN/Inf, reduced on the GPU into the clip coefficient
+  ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_). The sum of squares is kept
+  scaled by a power of two (LAPACK's nrm2), so finite gradients whose norm, or its square, exceeds float32
+  are clipped exactly, not mistaken for NaN/Inf; below 2^40 per element it is the plain sum, bit for bit.
+  With ``skip_nonfinite`` and ``double_buffer`` the update is then the double-buffered checked one above,
+  plus restore (three dispatches); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
+  gradients hold a NaN/Inf even with ``skip_nonfinite=False`` (their norm would be NaN).
+* ``skip_nonfinite`` with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the
+  gradients that raises the flag, then the update in place, skipped when the flag is up. Two dispatches.
 
-The host never waits for the GPU inside ``step()``; it reads the skipped-step count every ``poll_every``
-steps (and in ``state_dict`` / ``skipped_steps``) to warn once when steps were skipped.
+An in-place update (``double_buffer=False``, or ``max_grad_norm`` with ``skip_nonfinite=False``) cannot undo a
+step whose *result* is non-finite once it has written it: it counts such a step in ``nonfinite_results`` (not
+in ``skipped_steps``: it was applied) and warns that parameters now hold non-finite values, which the
+Trainer's next loss reports.
+
+The host never waits for the GPU inside ``step()``; it reads the counts every ``poll_every`` steps (and in
+``state_dict`` / ``skipped_steps`` / ``nonfinite_results``) to warn once when steps were skipped or spoiled.
 
 Differences from torch.optim: every parameter of the optimiser always has a gradient (zero when nothing
 wrote one), so all parameters are stepped together like torch with ``zero_grad(set_to_none=False)``, and
@@ -47,12 +60,14 @@ SCAN_PER_THREAD = 4    # float4 gradient vectors per thread of the non-finite sc
 GROUP_WORDS = 16       # words per group record in the control buffer: end vector + 15 hyperparameters
 # control-buffer word offsets (see optimizer.slang)
 _CTL_SKIPPED = 3
-_CTL_LAYOUT = 8
-_CTL_GROUPS = 16
-_CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 2 * STATS_GROUPS
+_CTL_RESULTS = 10      # steps whose in-place update wrote a NaN/Inf
+_CTL_LAYOUT = 16
+_CTL_GROUPS = 24
+_CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 3 * STATS_GROUPS
 RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
 # how a step checks its gradients (optimizer.slang's PASS_*)
-_PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK = 0, 1, 2, 3
+_PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK, _PASS_STATS_CHECK = 0, 1, 2, 3, 4
+_DOUBLE_BUFFERED = (_PASS_CHECK, _PASS_STATS_CHECK)   # passes whose update writes the other side
 
 
 class Optimizer:
@@ -64,12 +79,14 @@ class Optimizer:
         defaults: hyperparameters of groups that don't set them.
         max_grad_norm: when set (> 0), all gradients are scaled by ``min(1, max_grad_norm / (||g|| + 1e-6))``
             before the update, ``||g||`` the 2-norm over every parameter of this optimiser.
-        skip_nonfinite: when True, a step whose gradients hold any NaN/Inf leaves parameters and state
-            untouched (gradients are still zeroed) and is counted in ``skipped_steps``.
-        double_buffer: with ``skip_nonfinite`` and no ``max_grad_norm``, keep values and state twice so the
-            check rides on the update (one pass over the arena instead of a scan of the gradients first);
-            False saves that memory (4 bytes per parameter per copy of values and state) for an extra read of
-            every gradient per step.
+        skip_nonfinite: when True, a step whose gradients, or the values or state it computes, hold any NaN/Inf
+            leaves parameters and state untouched (gradients are still zeroed) and is counted in
+            ``skipped_steps``; in place (``double_buffer=False``) only non-finite gradients can be skipped,
+            non-finite results are counted in ``nonfinite_results`` (see the module docstring).
+        double_buffer: with ``skip_nonfinite``, keep values and state twice so the check rides on the update
+            (one pass over the arena instead of a scan of the gradients first) and can undo a step whose
+            result is non-finite; False saves that memory (4 bytes per parameter per copy of values and
+            state) for an extra read of every gradient per step without clipping.
         poll_every: steps between host reads of the skipped-step count (each read waits for the GPU).
     """
 
@@ -90,7 +107,7 @@ class Optimizer:
         self.double_buffer = bool(double_buffer)
         self.poll_every = int(poll_every)
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
-        self.arena = ParameterArena([g["params"] for g in self.param_groups], double=self._pass == _PASS_CHECK)
+        self.arena = ParameterArena([g["params"] for g in self.param_groups], double=self._pass in _DOUBLE_BUFFERED)
         self._ensure_states()
         device = dev.get_device()
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
@@ -98,6 +115,7 @@ class Optimizer:
         self._layout_key: tuple | None = None
         self._attempts = 0
         self._skipped_seen = 0
+        self._results_seen = 0
         # kernels loaded so far, by role and the (src_side, dst_side) they are bound to: one per direction, so
         # that a step only writes the arguments that change every step (attempts); all bound to _bound_buffer
         self._bound: dict[tuple[str, int, int], dev.BoundKernel] = {}
@@ -166,11 +184,12 @@ class Optimizer:
     @property
     def _pass(self) -> int:
         """How this step checks its gradients (see the module docstring)."""
+        double = self.skip_nonfinite and self.double_buffer
         if self.max_grad_norm is not None:
-            return _PASS_STATS
+            return _PASS_STATS_CHECK if double else _PASS_STATS
         if not self.skip_nonfinite:
             return _PASS_NONE
-        return _PASS_CHECK if self.double_buffer else _PASS_SCAN
+        return _PASS_CHECK if double else _PASS_SCAN
 
     def _n_stat_groups(self) -> int:
         # about four float4 vectors per thread before the grid-stride loop repeats
@@ -194,7 +213,8 @@ class Optimizer:
             if len(h) > GROUP_WORDS - 1:
                 raise ValueError(f"{type(self).__name__} has {len(h)} hyperparameters; at most {GROUP_WORDS - 1}")
             table[k, 0] = end
-            table[k, 1:1 + len(h)] = np.asarray(h, np.float32).view(np.uint32)
+            with np.errstate(over="ignore"):   # a finite value beyond float32 becomes inf: the checked update
+                table[k, 1:1 + len(h)] = np.asarray(h, np.float32).view(np.uint32)   # reports the step it spoils
         return key, words
 
     # -- the step ---------------------------------------------------------------------------------------------
@@ -212,9 +232,10 @@ class Optimizer:
         self._ensure_states(encoder=encoder)
         check = self._pass
         arena = self.arena
-        if check == _PASS_CHECK or not self.double_buffer:
+        double = check in _DOUBLE_BUFFERED
+        if double or not self.double_buffer:
             # the second side is allocated when a step first needs it and dropped with double_buffer=False
-            arena.set_double(check == _PASS_CHECK, encoder)
+            arena.set_double(double, encoder)
         buffer = arena.buffer
         if buffer is not self._bound_buffer:
             self._bound.clear()   # kernels bound to a previous buffer would keep it alive
@@ -226,14 +247,14 @@ class Optimizer:
             self._layout_key = key
         self._attempts += 1
         src = arena.side_offset(arena.side)
-        dst = arena.side_offset(arena.side ^ 1) if check == _PASS_CHECK else src
-        if check == _PASS_STATS:
+        dst = arena.side_offset(arena.side ^ 1) if double else src
+        if check in (_PASS_STATS, _PASS_STATS_CHECK):
             self._kernel("stats").set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
             self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
         self._kernel("update", src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
-        if check == _PASS_CHECK:
+        if double:
             side_vectors = arena.side_offset(1)
             threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
             self._kernel("restore", src, dst).set(arena=buffer, attempts=self._attempts,
@@ -272,8 +293,15 @@ class Optimizer:
 
     @property
     def skipped_steps(self) -> int:
-        """Steps skipped because of non-finite gradients (waits for the GPU)."""
+        """Steps skipped, and undone, because gradients, or the values or state the update wrote, held a
+        NaN/Inf (waits for the GPU)."""
         return int(self._read_ctl()[_CTL_SKIPPED])
+
+    @property
+    def nonfinite_results(self) -> int:
+        """Steps that wrote a NaN/Inf into values or state and could not be undone (``double_buffer=False``, or
+        ``skip_nonfinite=False`` with ``max_grad_norm``; see the module docstring). Waits for the GPU."""
+        return int(self._read_ctl()[_CTL_RESULTS])
 
     @property
     def step_count(self) -> int:
@@ -281,13 +309,23 @@ class Optimizer:
         return self._attempts - self.skipped_steps
 
     def poll_skipped(self) -> int:
-        """Read the skipped-step count; warn (once per optimiser) when it has grown. Returns it."""
-        skipped = self.skipped_steps
+        """Read the skipped-step and non-finite-result counts; warn (once per optimiser and kind) when one has
+        grown. Returns the skipped-step count."""
+        ctl = self._read_ctl()
+        skipped, results = int(ctl[_CTL_SKIPPED]), int(ctl[_CTL_RESULTS])
+        name = type(self).__name__
         if skipped > self._skipped_seen and self._skipped_seen == 0:
-            warnings.warn(f"{type(self).__name__}: {skipped} step(s) skipped so far because gradients held NaN or "
-                          "Inf; parameters and optimiser state were left unchanged on those steps "
-                          "(see optimizer.skipped_steps)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"{name}: {skipped} step(s) skipped so far because gradients, or the values or optimiser "
+                          "state the update computed from them, held NaN or Inf (for the latter: a learning rate "
+                          "or update too large for float32); parameters and optimiser state were left unchanged "
+                          "on those steps (see optimizer.skipped_steps)", RuntimeWarning, stacklevel=2)
+        if results > self._results_seen and self._results_seen == 0:
+            warnings.warn(f"{name}: {results} step(s) wrote NaN or Inf into parameters or optimiser state (the update "
+                          "overflowed float32, e.g. a learning rate too large), which an in-place update cannot "
+                          "undo: parameters now hold non-finite values (see optimizer.nonfinite_results; the "
+                          "default double_buffer=True skips such steps instead)", RuntimeWarning, stacklevel=2)
         self._skipped_seen = max(self._skipped_seen, skipped)
+        self._results_seen = max(self._results_seen, results)
         return skipped
 
     # -- state_dict -------------------------------------------------------------------------------------------

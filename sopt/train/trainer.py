@@ -215,6 +215,11 @@ class Trainer:
             metrics["lr"] = float(groups[0]["lr"])
         if callable(getattr(self.optimizer, "poll_skipped", None)):
             metrics["skipped_steps"] = int(self.optimizer.poll_skipped())
+        # an in-place step (double_buffer=False) cannot undo a non-finite result; the loss would show it a
+        # metrics step later, or never after the last step
+        spoiled = int(getattr(self.optimizer, "nonfinite_results", 0))
+        if spoiled:
+            raise self._nonfinite(f"{spoiled} optimiser step(s) wrote NaN or Inf into the parameters or optimiser state")
         steps, t0 = since
         metrics["steps_per_s"] = (self.step - steps) / max(now - t0, 1e-9)
         metrics["time_s"] = now - start

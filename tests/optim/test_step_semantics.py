@@ -38,7 +38,8 @@ def test_gradients_are_zero_after_step(cls):
 
 
 @pytest.mark.parametrize("skip_nonfinite,max_grad_norm,double_buffer,expected", [
-    (True, None, True, 2), (True, None, False, 2), (False, None, True, 1), (False, 1.0, True, 2)])
+    (True, None, True, 2), (True, None, False, 2), (False, None, True, 1), (False, 1.0, True, 2),
+    (True, 1.0, True, 3), (True, 1.0, False, 2)])
 def test_dispatches_per_step_do_not_depend_on_parameter_count(skip_nonfinite, max_grad_norm, double_buffer, expected):
     counts = []
     for n in (1, 100):
@@ -285,3 +286,121 @@ def test_state_needed_later_is_allocated_when_hyperparameters_change():
     assert opt.arena.n_slots == 1
     # second step: fresh buffer (zeros, since t > 1) -> buf = 0.5 * 0 + 1 * g
     np.testing.assert_allclose(p.numpy(), init - 0.1 - 0.1, rtol=1e-6)
+
+
+def _clip_reference(x, g, max_norm, lr):
+    """SGD after torch.nn.utils.clip_grad_norm_, in float64."""
+    g64 = g.astype(np.float64)
+    coef = min(1.0, max_norm / (np.sqrt(np.sum(g64 * g64)) + 1e-6))
+    return x.astype(np.float64) - lr * g64 * coef
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+@pytest.mark.parametrize("case", ["all 1e30", "two 3e38", "groups of different scale", "huge max_norm"])
+def test_clipping_a_finite_gradient_whose_norm_overflows_float32(case, double_buffer):
+    """The global norm of finite float32 gradients can exceed float32 (its square long before): the step is
+    clipped like torch's clip_grad_norm_ in float64, not skipped as if the gradients held NaN/Inf."""
+    rng = np.random.default_rng(21)
+    n, max_norm = 20003, 1.0   # 5001 float4 vectors: 5 thread groups of grad_stats, partials combined
+    g = rng.standard_normal(n).astype(np.float32)
+    if case == "all 1e30":
+        g = np.where(g < 0, -1e30, 1e30).astype(np.float32)
+    elif case == "two 3e38":
+        g[[5, 19000]] = [3e38, -3e38]   # norm 4.2e38 > float32 max; coefficient 2.4e-39 is subnormal
+    elif case == "groups of different scale":
+        # one 1e30 in the first group, 10000 x 1e28 in later ones: equal shares of the norm at other scales
+        g[3] = 1e30
+        g[10000:20000] = 1e28
+    else:
+        g *= 1e13   # scaled sum (|g| > 2^40) while the norm stays below max_grad_norm: no clipping
+        max_norm = 1e20
+    x = rng.standard_normal(n).astype(np.float32)
+    p = sopt.Parameter(x)
+    opt = SGD([p], lr=1.0, max_grad_norm=max_norm, poll_every=0, double_buffer=double_buffer)
+    p.set_grad(g)
+    opt.step()
+    assert opt.skipped_steps == 0 and opt.nonfinite_results == 0
+    expected = _clip_reference(x, g, max_norm, 1.0)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(p.numpy(), expected, rtol=2e-6, atol=2e-7 * scale)
+    assert not p.grad_numpy().any()
+
+
+def _overflow_kwargs(cls):
+    # momentum / centered so that every state slot a rule has is written (and must be left as it was)
+    return {SGD: {"momentum": 0.9}, RMSprop: {"momentum": 0.9, "centered": True}, Adam: {"amsgrad": True},
+            AdamW: {}, Adagrad: {}}[cls]
+
+
+@pytest.mark.parametrize("mode", ["default", "max_grad_norm", "double_buffer=False",
+                                  "max_grad_norm, double_buffer=False", "skip_nonfinite=False"])
+@pytest.mark.parametrize("cls", ALL)
+def test_update_that_overflows_is_a_nonfinite_step(cls, mode):
+    """lr=1e40 (finite, so accepted) drives every update to +-inf/NaN. Double-buffered modes undo the step and
+    count it in skipped_steps; in-place ones cannot undo it and count it in nonfinite_results with a warning;
+    skip_nonfinite=False checks nothing."""
+    options = {"default": {}, "max_grad_norm": {"max_grad_norm": 1e9},
+               "double_buffer=False": {"double_buffer": False},
+               "max_grad_norm, double_buffer=False": {"max_grad_norm": 1e9, "double_buffer": False},
+               "skip_nonfinite=False": {"skip_nonfinite": False}}[mode]
+    cls(_params(1, seed=30), lr=1e40)   # a finite lr passes construction
+    params = _params(3, seed=31)
+    opt = cls(params, lr=0.01, poll_every=0, **_overflow_kwargs(cls), **options)
+    _set_random_grads(params, 32)
+    opt.step()
+    values = [p.numpy() for p in params]
+    before = opt.state_dict()["state"]
+    opt.param_groups[0]["lr"] = 1e40
+    _set_random_grads(params, 33)
+    opt.step()
+    assert all(not p.grad_numpy().any() for p in params), "gradients are zeroed on every step"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        skipped = opt.poll_skipped()
+        results = opt.nonfinite_results
+        after = opt.state_dict()["state"]
+    messages = " ".join(str(w.message) for w in caught)
+    undone = options.get("double_buffer", True) and options.get("skip_nonfinite", True)
+    if undone:
+        assert (skipped, results) == (1, 0)
+        assert "1 step(s) skipped" in messages and "too large for float32" in messages
+        for p, v in zip(params, values):
+            assert np.array_equal(p.numpy(), v), "an undone step changed a parameter"
+        for i, s in before.items():
+            for name, value in s.items():
+                if name != "step":
+                    assert np.array_equal(after[i][name], value), f"state {name} changed on an undone step"
+        assert opt.step_count == 1
+        opt.param_groups[0]["lr"] = 0.01   # the next step applies, with t = 2
+        _set_random_grads(params, 34)
+        opt.step()
+        assert opt.step_count == 2 and all(np.isfinite(p.numpy()).all() for p in params)
+        assert any(not np.array_equal(p.numpy(), v) for p, v in zip(params, values))
+    elif "skip_nonfinite" in options:
+        assert (skipped, results) == (0, 0) and not caught   # no check
+        assert not all(np.isfinite(p.numpy()).all() for p in params)
+    else:
+        assert (skipped, results) == (0, 1)
+        assert "cannot undo: parameters now hold non-finite values" in messages
+        assert not all(np.isfinite(p.numpy()).all() for p in params)
+        assert opt.step_count == 2
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_state_that_overflows_while_values_stay_finite_is_caught(double_buffer):
+    """Adam with |g| = 1e20 and no clipping: v = g^2 overflows to inf, the value update m / sqrt(v) is 0, so the
+    parameters look fine while the state is spoiled for good: the step is undone (double-buffered) or counted."""
+    x = np.linspace(-1.0, 1.0, 10).astype(np.float32)
+    p = sopt.Parameter(x)
+    opt = Adam([p], lr=0.01, poll_every=0, double_buffer=double_buffer)
+    p.set_grad(np.full(10, 1e20))
+    opt.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = opt.state_dict()["state"][0]
+    if double_buffer:
+        assert (opt.skipped_steps, opt.nonfinite_results) == (1, 0)
+        assert np.array_equal(p.numpy(), x) and not state["exp_avg_sq"].any() and not state["exp_avg"].any()
+    else:
+        assert (opt.skipped_steps, opt.nonfinite_results) == (0, 1)
+        assert np.isinf(state["exp_avg_sq"]).all()

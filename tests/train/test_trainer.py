@@ -166,3 +166,24 @@ def test_metric_scheduler_is_stepped_on_metrics_steps_before_checkpoints(tmp_pat
     fresh = ReduceLROnPlateau(opt, factor=0.5, patience=0, threshold=10.0)
     sopt.load(ckpt, parameters=model, optimizer=opt, scheduler=fresh)
     assert fresh.state_dict() == plateau.state_dict()
+
+
+@pytest.mark.parametrize("double_buffer", [True, False])
+def test_update_that_overflows_on_the_last_step_is_reported(double_buffer: bool) -> None:
+    """lr=1e40 spoils the first update. Double-buffered (the default) it is undone and counted as skipped, the
+    run completes with finite parameters; in place it cannot be undone, and the Trainer stops with its
+    non-finite error although the loss it read (computed before that update) was finite."""
+    from sopt.train import NonFiniteError
+    x, y = pixel_coordinates(4, 4), generated_image(4).reshape(-1, 3)
+    model = PixelTable(4, 4)
+    opt = sopt.optim.SGD(model.parameters(), lr=1e40, double_buffer=double_buffer)
+    trainer = Trainer(model, HostMSE(), opt, BatchSampler(x, y, 16, seed=0), progress=False)
+    if double_buffer:
+        with pytest.warns(RuntimeWarning, match="1 step\\(s\\) skipped"):
+            result = trainer.fit(1)
+        assert result.stop_reason == "completed" and result.metrics["skipped_steps"] == 1
+        assert np.array_equal(model.table.numpy(), np.full((16, 3), 0.5, np.float32))
+    else:
+        with pytest.warns(RuntimeWarning, match="parameters now hold non-finite values"), \
+                pytest.raises(NonFiniteError, match=r"training stopped at step 1: 1 optimiser step\(s\) wrote NaN or Inf"):
+            trainer.fit(1)
