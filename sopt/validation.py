@@ -114,5 +114,6 @@ def check_choice(value: Any, name: str, allowed: Iterable[str]) -> str:
     """``value`` if it is one of the strings ``allowed``, else ValueError listing them."""
     options = tuple(allowed)
     if not isinstance(value, str) or value not in options:
-        raise ValueError(f"{name} must be one of {', '.join(repr(o) for o in options)}; got {value!r}")
+        listed = " or ".join(map(repr, options)) if len(options) <= 2 else f"one of {', '.join(map(repr, options))}"
+        raise ValueError(f"{name} must be {listed}, got {value!r}")
     return value
