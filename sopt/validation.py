@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from typing import Any, Iterable
 
 import numpy as np
@@ -11,8 +12,9 @@ import numpy as np
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _real_array(value: Any, name: str) -> np.ndarray:
-    """``value`` as a float64 array, ValueError unless it is a (nested) sequence or array of real numbers."""
+def as_real_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as a float64 array (any shape), ValueError unless it is a (nested) sequence or array of real
+    numbers: None, strings, complex values and other objects are rejected rather than converted or truncated."""
     if value is None:
         raise ValueError(f"{name} must be an array of numbers, got None")
     if isinstance(value, (str, bytes)):
@@ -48,7 +50,7 @@ def as_float32_array(value: Any, name: str, shape: tuple[int, ...] | None = None
     float32 would store as Inf). With ``allow_nonfinite`` NaN/Inf are kept and out-of-range values become
     +-Inf, as a float32 cast makes them.
     """
-    array = _real_array(value, name)
+    array = as_real_array(value, name)
     if shape is not None and tuple(array.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(array.shape)}, expected {tuple(shape)}")
     if array.size == 0:
@@ -116,4 +118,13 @@ def check_choice(value: Any, name: str, allowed: Iterable[str]) -> str:
     if not isinstance(value, str) or value not in options:
         listed = " or ".join(map(repr, options)) if len(options) <= 2 else f"one of {', '.join(map(repr, options))}"
         raise ValueError(f"{name} must be {listed}, got {value!r}")
+    return value
+
+
+def check_path(value: Any, name: str) -> str:
+    """``value`` (a str or os.PathLike naming a file) as a non-empty str, else ValueError."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a file path (str or os.PathLike), got {value!r}")
     return value
