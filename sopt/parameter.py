@@ -26,14 +26,22 @@ class Parameter:
     read or load the values only once that encoder has been submitted.
 
     Args:
-        array: initial values, any float-convertible array (kept as float32). Must be finite.
+        array: initial values, a non-empty array (at least 1-D) of real numbers, kept as float32. Must be
+            finite and within float32's range (|x| <= 3.4028235e38); None, strings and complex values are
+            rejected (ValueError).
         name: a label used in ``state_dict`` and error messages.
     """
 
     def __init__(self, array: Any, name: str | None = None) -> None:
-        values = as_float32_array(array, f"Parameter {name or ''} array".replace("  ", " "))
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValueError(f"Parameter name must be a non-empty string or None, got {name!r}")
+        label = f"Parameter {name} array" if name else "Parameter array"
+        values = as_float32_array(array, label)
         if values.ndim == 0:
-            values = values.reshape(1)
+            # SlangPy tensors need a dimension (Tensor.zeros(()) fails), so a scalar keeping shape () could not
+            # be viewed in an optimiser's arena; silently reshaping it would change what numpy() returns
+            raise ValueError(f"{label} is 0-d (a scalar, shape ()); a Parameter needs at least one dimension: "
+                             f"pass [{float(values)!r}] for shape (1,)")
         self.name = name if name is not None else f"param{next(_unnamed)}"
         self._shape = tuple(int(s) for s in values.shape)
         device = get_device()
@@ -94,11 +102,15 @@ class Parameter:
         return self._grads.to_numpy().reshape(self._shape).copy()
 
     def load(self, array: Any) -> None:
-        """Overwrite the values with ``array`` (same shape, finite)."""
+        """Overwrite the values with ``array`` (same shape, finite, within float32's range)."""
         self.values.copy_from_numpy(as_float32_array(array, f"{self.name} values", self._shape))
 
     def set_grad(self, array: Any) -> None:
-        """Overwrite the gradient with ``array`` (same shape; NaN/Inf allowed, the optimiser handles them)."""
+        """Overwrite the gradient with ``array`` (same shape, real numbers).
+
+        NaN/Inf are allowed, and finite values beyond float32's range become +-Inf as float32 stores them:
+        either way a step with ``skip_nonfinite`` skips them (see Optimizer).
+        """
         self._grads.copy_from_numpy(as_float32_array(array, f"{self.name} grad", self._shape, allow_nonfinite=True))
 
     def zero_grad(self) -> None:

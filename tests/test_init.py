@@ -60,3 +60,28 @@ def test_bad_initialiser_arguments():
         init.kaiming_normal_(_p((3, 3)), mode="fan_avg")
     with pytest.raises(ValueError, match="std must be in"):
         init.normal_(_p((3,)), std=-1.0)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda p: init.uniform_(p, seed="1"), "seed"),
+    (lambda p: init.normal_(p, seed=True), "seed"),
+    (lambda p: init.uniform_(p, a="0"), "a"),
+    (lambda p: init.constant_(p, True), "value"),
+    (lambda p: init.xavier_uniform_(p, gain="2"), "gain"),
+    (lambda p: init.xavier_normal_(p, gain=None), "gain"),
+    (lambda p: init.kaiming_uniform_(p, a="0.1"), "a"),
+    (lambda p: init.kaiming_normal_(p, mode=["fan_in"]), "mode"),
+    (lambda p: init.kaiming_normal_(p, nonlinearity=5), "nonlinearity"),
+])
+def test_initialiser_arguments_of_the_wrong_type(call, name):
+    p = _p((3, 3))
+    before = p.numpy()
+    with pytest.raises(ValueError, match=rf"^{name} must be"):
+        call(p)
+    np.testing.assert_array_equal(p.numpy(), before)
+
+
+def test_uniform_range_beyond_float32_is_refused():
+    p = _p((3,))
+    with pytest.raises(ValueError, match="too large for float32"):
+        init.uniform_(p, -1e300, 1e300)

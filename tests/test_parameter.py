@@ -78,7 +78,7 @@ def test_parameter_views_follow_the_arena():
 @pytest.mark.parametrize("bad,match", [
     ([1.0, float("nan")], "non-finite"),
     ([1.0, float("inf")], "non-finite"),
-    ("abc", "convertible to a float array"),
+    ("abc", "got the string 'abc'"),
     ([[1.0, 2.0], [3.0]], "convertible to a float array"),
 ])
 def test_bad_arrays_raise_value_error(bad, match):
@@ -92,3 +92,50 @@ def test_load_with_wrong_shape_raises():
         p.load(np.zeros((3, 2)))
     with pytest.raises(ValueError, match=r"w grad has shape \(6,\), expected \(2, 3\)"):
         p.set_grad(np.zeros(6))
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([1.0, 1e300], r"1 value\(s\) too large for float32 \(largest magnitude 1e\+300"),
+    ([1e39, -5e38, 2.0], r"2 value\(s\) too large for float32 \(largest magnitude 1e\+39"),
+    (np.zeros(0), r"has 0 elements \(shape \(0,\)\)"),
+    (np.zeros((3, 0)), r"has 0 elements \(shape \(3, 0\)\)"),
+    (np.array(2.5), r"is 0-d .*pass \[2\.5\] for shape \(1,\)"),
+    ([1.0 + 2.0j], "complex"),
+    (np.array([1.0, 2.0], np.complex64), "complex"),
+    (None, "got None"),
+    ("1.5", "got the string '1.5'"),
+    ([1.0, None], "holding NoneType None"),
+    ({"a": 1.0}, "holding dict"),
+])
+def test_parameter_rejects_values_it_could_not_store_as_given(bad, match):
+    with pytest.raises(ValueError, match=match):
+        sopt.Parameter(bad, name="x")
+
+
+def test_parameter_keeps_the_largest_float32_value():
+    top = float(np.finfo(np.float32).max)
+    p = sopt.Parameter([top, -top, 1.0], name="edge")
+    np.testing.assert_array_equal(p.numpy(), np.array([top, -top, 1.0], np.float32))
+
+
+def test_load_rejects_values_beyond_float32_and_leaves_the_values():
+    p = sopt.Parameter([1.0, 2.0], name="w")
+    with pytest.raises(ValueError, match=r"w values contains 1 value\(s\) too large for float32 \(largest magnitude 1e\+39"):
+        p.load([1e39, 0.0])
+    with pytest.raises(ValueError, match="complex"):
+        p.load(np.array([1.0, 2.0 + 1.0j]))
+    np.testing.assert_array_equal(p.numpy(), [1.0, 2.0])
+
+
+def test_set_grad_turns_out_of_range_values_into_inf_and_rejects_non_numbers():
+    p = sopt.Parameter([1.0, 2.0], name="w")
+    p.set_grad([1e39, -3.0])
+    np.testing.assert_array_equal(p.grad_numpy(), [np.inf, -3.0])
+    with pytest.raises(ValueError, match="w grad must be an array of numbers, got None"):
+        p.set_grad(None)
+
+
+@pytest.mark.parametrize("name", [5, "", b"w"])
+def test_parameter_name_must_be_a_string(name):
+    with pytest.raises(ValueError, match="Parameter name must be a non-empty string"):
+        sopt.Parameter([1.0], name=name)

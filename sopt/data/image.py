@@ -12,7 +12,7 @@ import pathlib
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from sopt.validation import check_int
+from sopt.validation import as_real_array, check_int
 
 
 def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.ndarray:
@@ -43,7 +43,7 @@ def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.
 
 def save_image(path: str | os.PathLike[str], image: np.ndarray) -> None:
     """Write an ``(H, W, 3)`` (or ``(H, W)``) float image in [0, 1] as an 8-bit PNG (values clipped)."""
-    array = np.asarray(image, dtype=np.float64)
+    array = as_real_array(image, "image")
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (1, 3, 4)):
         raise ValueError(f"image must have shape (H, W), (H, W, 3) or (H, W, 4), got {array.shape}")
     if array.ndim == 3 and array.shape[2] == 1:

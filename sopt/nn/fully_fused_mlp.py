@@ -35,6 +35,7 @@ import slangpy as spy
 from sopt import device as dev
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
+from sopt.validation import check_choice, check_int
 
 NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile
@@ -78,20 +79,20 @@ class FullyFusedMLP(Module):
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 3,
                  activation: str = "relu", output_activation: str = "none", encoding: dict | None = None,
                  seed: int = 0) -> None:
-        for name, value in (("in_features", in_features), ("out_features", out_features),
-                            ("hidden_features", hidden_features), ("hidden_layers", hidden_layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"FullyFusedMLP: {name} must be a positive integer, got {value!r}")
+        in_features = check_int(in_features, "FullyFusedMLP in_features", low=1)
+        out_features = check_int(out_features, "FullyFusedMLP out_features", low=1)
+        hidden_features = check_int(hidden_features, "FullyFusedMLP hidden_features", low=1)
+        hidden_layers = check_int(hidden_layers, "FullyFusedMLP hidden_layers", low=1)
+        seed = check_int(seed, "FullyFusedMLP seed", low=0)
         self.n_frequencies = 0
         if encoding is not None:
             if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
                     set(encoding) - {"otype", "n_frequencies"}:
                 raise ValueError("FullyFusedMLP: encoding must be None or {'otype': 'Frequency', 'n_frequencies': F}, "
                                  f"got {encoding!r}")
-            self.n_frequencies = encoding.get("n_frequencies", 12)
-            if isinstance(self.n_frequencies, bool) or not isinstance(self.n_frequencies, int) or \
-                    not 1 <= self.n_frequencies <= 24:
-                raise ValueError(f"FullyFusedMLP: n_frequencies must be an integer in [1, 24], got {self.n_frequencies!r}")
+            self.n_frequencies = check_int(encoding.get("n_frequencies", 12), "FullyFusedMLP n_frequencies", low=1)
+            if self.n_frequencies > 24:
+                raise ValueError(f"FullyFusedMLP n_frequencies must be <= 24, got {self.n_frequencies!r}")
         encoded = in_features * 2 * self.n_frequencies if self.n_frequencies else in_features
         self.encoded_features = encoded
         if _align4(encoded) > MAX_WIDTH or hidden_features > MAX_WIDTH or out_features > MAX_WIDTH:
@@ -100,8 +101,7 @@ class FullyFusedMLP(Module):
         if hidden_features % 4:
             raise ValueError(f"FullyFusedMLP: hidden_features must be a multiple of 4, got {hidden_features}")
         for name, value in (("activation", activation), ("output_activation", output_activation)):
-            if value not in ACTIVATIONS:
-                raise ValueError(f"FullyFusedMLP: {name} must be one of {sorted(ACTIVATIONS)}, got {value!r}")
+            check_choice(value, f"FullyFusedMLP {name}", sorted(ACTIVATIONS))
         self.in_features, self.out_features = in_features, out_features
         self.hidden_features, self.hidden_layers = hidden_features, hidden_layers
         self.activation, self.output_activation = activation, output_activation

@@ -79,6 +79,7 @@ class HashGridEncoding(Module):
         self.log2_table_size = check_int(log2_table_size, "HashGridEncoding log2_table_size", low=1)
         self.base_resolution = check_int(base_resolution, "HashGridEncoding base_resolution", low=1)
         self.per_level_scale = check_float(per_level_scale, "HashGridEncoding per_level_scale", low=1.0)
+        seed = check_int(seed, "HashGridEncoding seed", low=0)
         for value, name, high in ((self.in_dims, "in_dims", MAX_DIMS), (self.n_levels, "n_levels", MAX_LEVELS),
                                   (self.n_features, "n_features", MAX_FEATURES),
                                   (self.log2_table_size, "log2_table_size", MAX_LOG2_TABLE_SIZE)):

@@ -16,7 +16,7 @@ from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
-from sopt.validation import check_int
+from sopt.validation import check_bool, check_int
 
 TILE = 4                # weight-gradient block per thread, TILE x TILE (linear.slang's TILE)
 ROWS_PER_CHUNK = 512    # batch rows one weight-gradient thread sums before its atomic add
@@ -47,6 +47,8 @@ class Linear(Module):
                  activation: Any = None) -> None:
         self.in_features = check_int(in_features, "Linear in_features", low=1)
         self.out_features = check_int(out_features, "Linear out_features", low=1)
+        bias = check_bool(bias, "Linear bias")
+        seed = check_int(seed, "Linear seed", low=0)
         self.activation: Activation | None = make_activation(activation, "Linear activation")
         self.weight = Parameter(np.zeros((self.out_features, self.in_features), np.float32), name="weight")
         init.kaiming_uniform_(self.weight, a=math.sqrt(5.0), seed=derive_seed(seed, 0))

@@ -13,7 +13,7 @@ from sopt.nn.linear import Linear
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.nn.sequential import Sequential
-from sopt.validation import check_int
+from sopt.validation import check_bool, check_int
 
 # tiny-cuda-nn key -> constructor argument, per encoding
 _FREQUENCY_KEYS = {"n_frequencies": "n_freqs", "n_freqs": "n_freqs"}
@@ -38,15 +38,17 @@ def make_encoding(spec: Any, in_dims: int, seed: int = 0) -> Module:
     if not isinstance(spec, dict) or "otype" not in spec:
         raise ValueError(f"encoding must be None, a Module or a dict with an 'otype' entry, got {spec!r}")
     options = {k: v for k, v in spec.items() if k != "otype"}
-    otype = str(spec["otype"]).lower()
+    if not isinstance(spec["otype"], str):
+        raise ValueError(f"encoding otype must be a string ('Frequency', 'HashGrid' or 'Grid'), got {spec['otype']!r}")
+    otype = spec["otype"].lower()
     if otype == "frequency":
         return FrequencyEncoding(in_dims, **_rename(options, _FREQUENCY_KEYS, "Frequency"))
     if otype in ("hashgrid", "grid"):
-        grid_type = str(options.pop("type", "Hash"))
-        if grid_type.lower() != "hash":
+        grid_type = options.pop("type", "Hash")
+        if not isinstance(grid_type, str) or grid_type.lower() != "hash":
             raise ValueError(f"encoding Grid: only type 'Hash' is supported, got {grid_type!r}")
-        interpolation = str(options.pop("interpolation", "Linear"))
-        if interpolation.lower() != "linear":
+        interpolation = options.pop("interpolation", "Linear")
+        if not isinstance(interpolation, str) or interpolation.lower() != "linear":
             raise ValueError(f"encoding HashGrid: only 'Linear' interpolation is supported, got {interpolation!r}")
         kwargs = {"seed": seed, **_rename(options, _HASHGRID_KEYS, "HashGrid")}
         return HashGridEncoding(in_dims, **kwargs)
@@ -88,6 +90,8 @@ class MLP(Sequential):
         out_features = check_int(out_features, "MLP out_features", low=1)
         hidden_features = check_int(hidden_features, "MLP hidden_features", low=1)
         hidden_layers = check_int(hidden_layers, "MLP hidden_layers", low=0)
+        bias = check_bool(bias, "MLP bias")
+        seed = check_int(seed, "MLP seed", low=0)
         act = make_activation(activation, "MLP activation")
         out_act = make_activation(output_activation, "MLP output_activation")
         modules: list[Module] = []

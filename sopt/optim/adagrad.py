@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.optim.optimizer import Optimizer
-from sopt.validation import check_float
+from sopt.validation import check_bool, check_float
 
 
 class Adagrad(Optimizer):
@@ -32,10 +32,9 @@ class Adagrad(Optimizer):
 
     def check_group(self, group: dict[str, Any]) -> None:
         super().check_group(group)
-        check_float(group["lr_decay"], "lr_decay", low=0.0)
-        check_float(group["weight_decay"], "weight_decay", low=0.0)
-        check_float(group["initial_accumulator_value"], "initial_accumulator_value", low=0.0)
-        check_float(group["eps"], "eps", low=0.0)
+        for key in ("lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
+            group[key] = check_float(group[key], key, low=0.0)
+        group["maximize"] = check_bool(group["maximize"], "maximize")
 
     def state_fill(self, name: str, group: dict[str, Any]) -> float:
         return float(group["initial_accumulator_value"])

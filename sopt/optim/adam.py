@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.optim.optimizer import Optimizer, check_betas, log_beta
-from sopt.validation import check_float
+from sopt.validation import check_bool, check_float
 
 
 class Adam(Optimizer):
@@ -33,8 +33,10 @@ class Adam(Optimizer):
     def check_group(self, group: dict[str, Any]) -> None:
         super().check_group(group)
         group["betas"] = check_betas(group["betas"])
-        check_float(group["eps"], "eps", low=0.0)
-        check_float(group["weight_decay"], "weight_decay", low=0.0)
+        group["eps"] = check_float(group["eps"], "eps", low=0.0)
+        group["weight_decay"] = check_float(group["weight_decay"], "weight_decay", low=0.0)
+        group["amsgrad"] = check_bool(group["amsgrad"], "amsgrad")
+        group["maximize"] = check_bool(group["maximize"], "maximize")
 
     def required_states(self) -> set[str]:
         needed = {"exp_avg", "exp_avg_sq"}

@@ -51,7 +51,7 @@ import slangpy as spy
 from sopt import device as dev
 from sopt.optim.arena import ParameterArena
 from sopt.parameter import Parameter, parameters_of
-from sopt.validation import check_float
+from sopt.validation import check_bool, check_float, check_int
 
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
 MAX_GROUPS = 16        # parameter groups one dispatch handles
@@ -87,7 +87,11 @@ class Optimizer:
             (one pass over the arena instead of a scan of the gradients first) and can undo a step whose
             result is non-finite; False saves that memory (4 bytes per parameter per copy of values and
             state) for an extra read of every gradient per step without clipping.
-        poll_every: steps between host reads of the skipped-step count (each read waits for the GPU).
+        poll_every: steps between host reads of the skipped-step count (each read waits for the GPU); 0
+            never reads it during ``step``.
+
+    Every hyperparameter is type-checked as well as range-checked (ValueError naming it): numbers must be
+    int or float (not bool or str), flags True or False.
     """
 
     kernel_module: ClassVar[str]
@@ -96,16 +100,20 @@ class Optimizer:
 
     def __init__(self, params: Any, defaults: dict[str, Any], *, max_grad_norm: float | None = None,
                  skip_nonfinite: bool = True, double_buffer: bool = True, poll_every: int = 64) -> None:
+        # every option is checked before the first parameter group is taken
+        if max_grad_norm is not None:
+            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
+        skip_nonfinite = check_bool(skip_nonfinite, "skip_nonfinite")
+        double_buffer = check_bool(double_buffer, "double_buffer")
+        poll_every = check_int(poll_every, "poll_every", low=0)
         self.defaults = dict(defaults)
         self.param_groups: list[dict[str, Any]] = []
         for group in self._normalise_groups(params):
             self.add_param_group_config(group)
-        if max_grad_norm is not None:
-            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
         self.max_grad_norm = max_grad_norm
-        self.skip_nonfinite = bool(skip_nonfinite)
-        self.double_buffer = bool(double_buffer)
-        self.poll_every = int(poll_every)
+        self.skip_nonfinite = skip_nonfinite
+        self.double_buffer = double_buffer
+        self.poll_every = poll_every
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
         self.arena = ParameterArena([g["params"] for g in self.param_groups], double=self._pass in _DOUBLE_BUFFERED)
         self._ensure_states()
@@ -139,20 +147,24 @@ class Optimizer:
         return [{"params": parameters_of(items)}]
 
     def add_param_group_config(self, group: dict[str, Any]) -> None:
+        """Check ``group`` (merged over the defaults) and append it; nothing changes when a check fails."""
         unknown = set(group) - set(self.defaults) - {"params", "initial_lr"}
         if unknown:
             raise ValueError(f"param group has unknown option(s) {sorted(unknown)}; allowed: {sorted(self.defaults)}")
         full = {**self.defaults, **group}
         if not full["params"]:
             raise ValueError(f"param group {len(self.param_groups)} has no parameters")
-        self.check_group(full)
         if len(self.param_groups) >= MAX_GROUPS:
             raise ValueError(f"at most {MAX_GROUPS} parameter groups are supported, got more")
+        self.check_group(full)
         self.param_groups.append(full)
 
     def check_group(self, group: dict[str, Any]) -> None:
-        """Validate a group's hyperparameters (ValueError naming the argument and value)."""
-        check_float(group["lr"], "lr", low=0.0)
+        """Validate a group's hyperparameters (ValueError naming the argument and value) and store them as
+        Python floats and bools. Subclasses check theirs after calling this."""
+        group["lr"] = check_float(group["lr"], "lr", low=0.0)
+        if "initial_lr" in group:
+            group["initial_lr"] = check_float(group["initial_lr"], "initial_lr", low=0.0)
 
     # -- subclass interface -------------------------------------------------------------------------------------
     def required_states(self) -> set[str]:
@@ -400,8 +412,8 @@ def log_beta(beta: float) -> float:
 
 def check_betas(betas: Iterable[float]) -> tuple[float, float]:
     """Adam-family (beta1, beta2), each in [0, 1)."""
-    b = tuple(betas)
-    if len(b) != 2:
+    if not isinstance(betas, (tuple, list, np.ndarray)) or len(betas) != 2:
         raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    b = tuple(betas)
     return (check_float(b[0], "betas[0]", 0.0, 1.0, high_inclusive=False),
             check_float(b[1], "betas[1]", 0.0, 1.0, high_inclusive=False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.optim.optimizer import Optimizer
-from sopt.validation import check_float
+from sopt.validation import check_bool, check_float
 
 
 class RMSprop(Optimizer):
@@ -34,10 +34,10 @@ class RMSprop(Optimizer):
 
     def check_group(self, group: dict[str, Any]) -> None:
         super().check_group(group)
-        check_float(group["alpha"], "alpha", low=0.0)
-        check_float(group["eps"], "eps", low=0.0)
-        check_float(group["weight_decay"], "weight_decay", low=0.0)
-        check_float(group["momentum"], "momentum", low=0.0)
+        for key in ("alpha", "eps", "weight_decay", "momentum"):
+            group[key] = check_float(group[key], key, low=0.0)
+        group["centered"] = check_bool(group["centered"], "centered")
+        group["maximize"] = check_bool(group["maximize"], "maximize")
 
     def required_states(self) -> set[str]:
         needed = {"square_avg"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.optim.optimizer import Optimizer
-from sopt.validation import check_float
+from sopt.validation import check_bool, check_float
 
 
 class SGD(Optimizer):
@@ -32,9 +32,11 @@ class SGD(Optimizer):
 
     def check_group(self, group: dict[str, Any]) -> None:
         super().check_group(group)
-        momentum = check_float(group["momentum"], "momentum", low=0.0)
-        dampening = check_float(group["dampening"], "dampening")
-        check_float(group["weight_decay"], "weight_decay", low=0.0)
+        momentum = group["momentum"] = check_float(group["momentum"], "momentum", low=0.0)
+        dampening = group["dampening"] = check_float(group["dampening"], "dampening")
+        group["weight_decay"] = check_float(group["weight_decay"], "weight_decay", low=0.0)
+        group["nesterov"] = check_bool(group["nesterov"], "nesterov")
+        group["maximize"] = check_bool(group["maximize"], "maximize")
         if group["nesterov"] and (momentum <= 0.0 or dampening != 0.0):
             raise ValueError(f"nesterov momentum requires momentum > 0 and dampening = 0, got momentum={momentum}, "
                              f"dampening={dampening}")

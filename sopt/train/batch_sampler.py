@@ -18,7 +18,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
-from sopt.validation import check_int
+from sopt.validation import as_float32_array, check_int
 
 _THREADS = 256
 _MAX_GROUPS = 65535          # per-dimension dispatch limit (Vulkan minimum, also CUDA's y/z limit)
@@ -49,7 +49,8 @@ def check_dataset_array(value: Any, name: str) -> np.ndarray | spy.Tensor:
     """``value`` as a finite 2-D float32 array (a 1-D array becomes one column), or a float32 SlangPy tensor.
 
     ValueError, naming what was expected and what came, for a non-float dtype (an 8-bit image must be
-    scaled to floats first), NaN/Inf, an empty array or more than 2 dimensions. Runs on the host only.
+    scaled to floats first), NaN/Inf, values beyond float32's range, an empty array or more than 2
+    dimensions. Runs on the host only.
     """
     if isinstance(value, spy.Tensor):
         if value.dtype.name != "float":
@@ -75,7 +76,7 @@ def check_dataset_array(value: Any, name: str) -> np.ndarray | spy.Tensor:
         bad_rows = np.flatnonzero(~finite.all(axis=1))
         raise ValueError(f"{name} must be finite, got {int(array.size - finite.sum())} NaN/Inf value(s) in "
                          f"{bad_rows.size} row(s), first at row {int(bad_rows[0])}")
-    return np.ascontiguousarray(array, dtype=np.float32)
+    return as_float32_array(array, name)   # float64 values beyond float32's range would become Inf
 
 
 class BatchSampler:

@@ -10,6 +10,7 @@ import numpy as np
 from sopt import checkpoint
 from sopt.parameter import parameters_of
 from sopt.train.callback import Callback
+from sopt.validation import check_path
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer
@@ -28,7 +29,7 @@ class Checkpoint(Callback):
 
     def __init__(self, path: str | os.PathLike[str], every: int) -> None:
         super().__init__(every)
-        self.path = os.fspath(path)
+        self.path = check_path(path, "Checkpoint path")
 
     def on_metrics(self, trainer: "Trainer", metrics: dict[str, Any]) -> None:
         for p in parameters_of(trainer.model):

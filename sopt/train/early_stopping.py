@@ -6,7 +6,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from sopt.train.callback import Callback
-from sopt.validation import check_float
+from sopt.validation import check_choice, check_float
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer, TrainResult
@@ -23,8 +23,7 @@ class EarlyStopping(Callback):
 
     def __init__(self, metric: str, target: float, mode: str = "max") -> None:
         super().__init__(None)
-        if mode not in ("max", "min"):
-            raise ValueError(f"mode must be 'max' (stop when metric >= target) or 'min', got {mode!r}")
+        check_choice(mode, "mode", ("max", "min"))
         if not isinstance(metric, str) or not metric:
             raise ValueError(f"metric must be a metric name such as 'loss' or 'psnr', got {metric!r}")
         self.metric, self.target, self.mode = metric, check_float(target, "target"), mode

@@ -9,6 +9,7 @@ import pathlib
 from typing import TYPE_CHECKING, Any
 
 from sopt.train.callback import Callback
+from sopt.validation import check_bool, check_path
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer, TrainResult
@@ -33,8 +34,8 @@ class JSONLLogger(Callback):
 
     def __init__(self, path: str | os.PathLike[str], every: int | None = None, append: bool = False) -> None:
         super().__init__(every)
-        self.path = pathlib.Path(path)
-        self.append = bool(append)
+        self.path = pathlib.Path(check_path(path, "JSONLLogger path"))
+        self.append = check_bool(append, "append")
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps({k: _json_safe(v) for k, v in record.items()}, allow_nan=False)

@@ -32,7 +32,7 @@ from sopt import checkpoint
 from sopt import device as dev
 from sopt.train.callback import Callback
 from sopt.train.checkpointing import Checkpoint
-from sopt.validation import check_int
+from sopt.validation import check_bool, check_int
 
 
 class NonFiniteError(FloatingPointError):
@@ -131,6 +131,10 @@ class Trainer:
         _require(sampler, "sampler", ("sample",), "a sampler with sample(step, encoder) -> (inputs, targets)")
         if scheduler is not None:
             _require(scheduler, "scheduler", ("step",), "a learning-rate scheduler with step()")
+        if not isinstance(scheduler_metric, str) or not scheduler_metric:
+            raise ValueError(f"scheduler_metric must be a metric name such as 'loss', got {scheduler_metric!r}")
+        log_every = check_int(log_every, "log_every", low=1)
+        progress = check_bool(progress, "progress")
         callbacks = list(callbacks)
         for i, cb in enumerate(callbacks):
             if not isinstance(cb, Callback):
@@ -139,10 +143,10 @@ class Trainer:
         self.scheduler = scheduler
         self._scheduler_on_metrics = scheduler is not None and _step_takes_metric(scheduler)
         if self._scheduler_on_metrics:
-            callbacks.append(_MetricScheduler(scheduler, str(scheduler_metric)))
+            callbacks.append(_MetricScheduler(scheduler, scheduler_metric))
         self.callbacks = sorted(callbacks, key=lambda cb: cb.order)  # stable: ties keep the given order
-        self.log_every = check_int(log_every, "log_every", low=1)
-        self.progress = bool(progress)
+        self.log_every = log_every
+        self.progress = progress
         self.step = 0
         self.last_checkpoint: tuple[str, int] | None = None  # set by the Checkpoint callback
         self._stop_reason: str | None = None

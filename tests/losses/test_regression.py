@@ -149,3 +149,13 @@ def test_bad_input_is_rejected_before_gpu_work(losses):
         HuberLoss(delta=-1.0)
     with pytest.raises(ValueError, match="eps"):
         RelativeL2Loss(eps=0.0)
+
+
+@pytest.mark.parametrize("make,name", [
+    (lambda v: HuberLoss(delta=v), "HuberLoss delta"),
+    (lambda v: RelativeL2Loss(eps=v), "RelativeL2Loss eps"),
+])
+@pytest.mark.parametrize("bad", ["0.5", True, None, 1 + 0j])
+def test_loss_parameters_of_the_wrong_type(make, name, bad):
+    with pytest.raises(ValueError, match=rf"^{name} must be a number, got {bad!r}".replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        make(bad)

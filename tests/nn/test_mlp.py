@@ -136,3 +136,54 @@ def test_mlp_without_bias():
     model = MLP(2, 1, hidden_features=4, hidden_layers=1, bias=False)
     assert [n for n, _ in model.named_parameters()] == ["0.weight", "1.weight"]
     assert all(isinstance(m, Linear) and m.bias is None for m in model)
+
+
+# every module constructor and config dict, one argument at a time given a value of the wrong type
+from sopt.nn import FullyFusedMLP, LeakyReLU, Sine, Softplus, make_activation  # noqa: E402
+
+_MODULE_ARGS = [
+    ("Linear", lambda **k: Linear(**{"in_features": 2, "out_features": 3, **k}),
+     {"in_features": "int", "out_features": "int", "bias": "flag", "seed": "int"}),
+    ("LeakyReLU", lambda **k: LeakyReLU(**k), {"slope": "number"}),
+    ("Softplus", lambda **k: Softplus(**k), {"beta": "number", "threshold": "number"}),
+    ("Sine", lambda **k: Sine(**k), {"w0": "number"}),
+    ("LeakyReLU", lambda **k: make_activation({"otype": "LeakyReLU", **k}), {"slope": "number"}),
+    ("FrequencyEncoding", lambda **k: FrequencyEncoding(**{"in_dims": 2, "n_freqs": 3, **k}),
+     {"in_dims": "int", "n_freqs": "int"}),
+    ("HashGridEncoding", lambda **k: HashGridEncoding(**{"in_dims": 2, "n_levels": 2, "log2_table_size": 6, **k}),
+     {"in_dims": "int", "n_levels": "int", "n_features": "int", "log2_table_size": "int", "base_resolution": "int",
+      "per_level_scale": "number", "seed": "int"}),
+    ("HashGridEncoding", lambda **k: make_encoding({"otype": "HashGrid", "n_levels": 2, "log2_hashmap_size": 6,
+                                                    **{{"n_features": "n_features_per_level"}.get(n, n): v
+                                                       for n, v in k.items()}}, 2),
+     {"n_levels": "int", "n_features": "int", "base_resolution": "int", "per_level_scale": "number"}),
+    ("MLP", lambda **k: MLP(**{"in_features": 2, "out_features": 1, "hidden_features": 8, "hidden_layers": 1, **k}),
+     {"in_features": "int", "out_features": "int", "hidden_features": "int", "hidden_layers": "int", "bias": "flag",
+      "seed": "int"}),
+    ("FullyFusedMLP", lambda **k: FullyFusedMLP(**{"in_features": 2, "out_features": 1, "hidden_features": 8,
+                                                   "hidden_layers": 1, **k}),
+     {"in_features": "int", "out_features": "int", "hidden_features": "int", "hidden_layers": "int", "seed": "int",
+      "activation": "str", "output_activation": "str"}),
+    ("FullyFusedMLP", lambda **k: FullyFusedMLP(2, 1, 8, 1, encoding={"otype": "Frequency", **k}),
+     {"n_frequencies": "int"}),
+]
+_BAD = {"number": ("0.5", True, None), "int": ("5", True, 2.0), "flag": (1, "yes", None), "str": (5, None, ["relu"])}
+_MODULE_CASES = [(owner, make, name, bad) for owner, make, args in _MODULE_ARGS for name, kind in args.items()
+                 for bad in _BAD[kind]]
+
+
+@pytest.mark.parametrize("owner,make,name,bad", _MODULE_CASES,
+                         ids=[f"{o}-{n}-{b!r}" for o, _, n, b in _MODULE_CASES])
+def test_module_arguments_of_the_wrong_type_are_rejected(owner, make, name, bad):
+    with pytest.raises(ValueError, match=rf"^{owner} {name} must be"):
+        make(**{name: bad})
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"otype": 5}, r"encoding otype must be a string"),
+    ({"otype": "Grid", "type": 1}, r"only type 'Hash' is supported, got 1"),
+    ({"otype": "HashGrid", "interpolation": True}, r"only 'Linear' interpolation is supported, got True"),
+])
+def test_encoding_config_strings_must_be_strings(spec, match):
+    with pytest.raises(ValueError, match=match):
+        make_encoding(spec, 2)

@@ -598,3 +598,38 @@ def test_momentum_cycling_needs_momentum_and_valid_beta():
 def test_not_an_optimizer_is_a_type_error():
     with pytest.raises(TypeError, match=r"param_groups.*got list"):
         S.StepLR([0.1, 0.2], 3)
+
+
+# every constructor argument of every scheduler given a value of the wrong type: (make, argument, value)
+_SCHEDULER_ARGS = [
+    (lambda o, **k: S.ConstantLR(o, **k), {"factor": "number", "total_iters": "int", "last_epoch": "int"}),
+    (lambda o, **k: S.StepLR(o, **{"step_size": 2, **k}), {"step_size": "int", "gamma": "number"}),
+    (lambda o, **k: S.MultiStepLR(o, **{"milestones": [2], **k}), {"gamma": "number"}),
+    (lambda o, **k: S.ExponentialLR(o, **{"gamma": 0.9, **k}), {"gamma": "number", "last_epoch": "int"}),
+    (lambda o, **k: S.CosineAnnealingLR(o, **{"T_max": 10, **k}), {"T_max": "int", "eta_min": "number"}),
+    (lambda o, **k: S.LinearLR(o, **k), {"start_factor": "number", "end_factor": "number", "total_iters": "int"}),
+    (lambda o, **k: S.WarmupCosineLR(o, **{"warmup_steps": 2, "total_steps": 10, **k}),
+     {"warmup_steps": "int", "total_steps": "int", "eta_min": "number", "warmup_start_factor": "number"}),
+    (lambda o, **k: S.OneCycleLR(o, **{"max_lr": 0.1, "total_steps": 100, **k}),
+     {"max_lr": "number", "total_steps": "int", "pct_start": "number", "anneal_strategy": "str",
+      "cycle_momentum": "flag", "base_momentum": "number", "max_momentum": "number", "div_factor": "number",
+      "final_div_factor": "number", "three_phase": "flag", "last_epoch": "int"}),
+    (lambda o, **k: S.OneCycleLR(o, **{"max_lr": 0.1, "epochs": 2, "steps_per_epoch": 5, **k}),
+     {"epochs": "int", "steps_per_epoch": "int"}),
+    (lambda o, **k: S.ReduceLROnPlateau(o, **k),
+     {"mode": "str", "factor": "number", "patience": "int", "threshold": "number", "threshold_mode": "str",
+      "cooldown": "int", "min_lr": "number", "eps": "number"}),
+]
+_BAD_VALUES = {"number": ("0.5", True, None), "int": ("5", True, 2.0), "flag": (1, "yes", 1.0),
+               "str": (5, True, ["min"])}
+_SCHEDULER_CASES = [(make, name, bad) for make, args in _SCHEDULER_ARGS for name, kind in args.items()
+                    for bad in _BAD_VALUES[kind]]
+
+
+@pytest.mark.parametrize("make,name,bad", _SCHEDULER_CASES, ids=[f"{n}-{b!r}" for _, n, b in _SCHEDULER_CASES])
+def test_scheduler_arguments_of_the_wrong_type_are_rejected(make, name, bad):
+    opt = sopt_optimizer()
+    before = [dict(g) for g in opt.param_groups]
+    with pytest.raises(ValueError, match=rf"^{name}(\[\d\])? must be"):
+        make(opt, **{name: bad})
+    assert [dict(g) for g in opt.param_groups] == before   # no lr, initial_lr or momentum written

@@ -209,3 +209,49 @@ def test_state_of_groups_without_the_feature_is_carried_across_sides(cls, kwargs
     for i in inplace_state:
         for key, expected in inplace_state[i].items():
             np.testing.assert_array_equal(double_state[i][key], expected, err_msg=f"state {key} of parameter {i}")
+
+
+# every hyperparameter of every optimiser, with values of the wrong type: (class, argument, kind)
+_NUMBERS = {SGD: ("lr", "momentum", "dampening", "weight_decay"),
+            Adam: ("lr", "eps", "weight_decay"), AdamW: ("lr", "eps", "weight_decay"),
+            RMSprop: ("lr", "alpha", "eps", "weight_decay", "momentum"),
+            Adagrad: ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")}
+_FLAGS = {SGD: ("nesterov", "maximize"), Adam: ("amsgrad", "maximize"), AdamW: ("amsgrad", "maximize"),
+          RMSprop: ("centered", "maximize"), Adagrad: ("maximize",)}
+_OPTIONS = [("max_grad_norm", "1.0"), ("max_grad_norm", True), ("skip_nonfinite", 1), ("skip_nonfinite", "no"),
+            ("double_buffer", 1.0), ("poll_every", -1), ("poll_every", "64"), ("poll_every", True),
+            ("poll_every", 8.0)]
+_WRONG_TYPES = ([(cls, name, value) for cls, names in _NUMBERS.items() for name in names for value in ("0.01", True)]
+                + [(cls, name, value) for cls, names in _FLAGS.items() for name in names for value in (1.0, "yes", 1)]
+                + [(cls, "betas", value) for cls in (Adam, AdamW) for value in (("0.9", 0.99), (0.9, True), 0.9, "ab")]
+                + [(cls, name, value) for cls in _NUMBERS for name, value in _OPTIONS])
+
+
+@pytest.mark.parametrize("cls,name,value", _WRONG_TYPES,
+                         ids=[f"{c.__name__}-{n}-{v!r}" for c, n, v in _WRONG_TYPES])
+def test_hyperparameters_of_the_wrong_type_are_rejected(cls, name, value):
+    p = sopt.Parameter(np.ones(3), name="w")
+    with pytest.raises(ValueError, match=rf"^{name}(\[\d\])? must be"):
+        cls([p], **{name: value})
+    # the same through a param group dict (options are not per group)
+    if name not in dict(_OPTIONS):
+        with pytest.raises(ValueError, match=rf"^{name}(\[\d\])? must be"):
+            cls([{"params": [p], name: value}])
+
+
+def test_hyperparameters_are_stored_as_python_numbers():
+    p = sopt.Parameter(np.ones(3), name="w")
+    opt = Adam([p], lr=np.float32(0.5), betas=[np.float64(0.8), 0.9], eps=1, amsgrad=np.bool_(True))
+    g = opt.param_groups[0]
+    assert type(g["lr"]) is float and g["lr"] == 0.5
+    assert g["betas"] == (0.8, 0.9) and type(g["eps"]) is float and g["amsgrad"] is True
+
+
+def test_a_rejected_param_group_leaves_the_optimizer_and_the_dict_unchanged():
+    p, q = sopt.Parameter(np.ones(3), name="w"), sopt.Parameter(np.ones(2), name="v")
+    opt = SGD([p], lr=0.1)
+    bad = {"params": [q], "lr": 0.2, "momentum": "0.9"}
+    with pytest.raises(ValueError, match="momentum must be a number, got '0.9'"):
+        opt.add_param_group_config(bad)
+    assert len(opt.param_groups) == 1 and opt.param_groups[0]["lr"] == 0.1
+    assert bad == {"params": [q], "lr": 0.2, "momentum": "0.9"}

@@ -106,3 +106,56 @@ def test_trainer_arguments(no_gpu) -> None:
         Trainer(PixelTable.__new__(PixelTable), loss, optimizer, [])
     with pytest.raises(ValueError, match="log_every must be >= 1, got 0"):
         Trainer(PixelTable.__new__(PixelTable), loss, optimizer, sampler, log_every=0)
+
+
+def _trainer_with(**kwargs):
+    loss = lambda pred, target, encoder: None  # noqa: E731
+    optimizer = type("Opt", (), {"step": lambda self, encoder=None: None})()
+    sampler = type("Sampler", (), {"sample": lambda self, step, encoder: None})()
+    return Trainer(PixelTable.__new__(PixelTable), loss, optimizer, sampler, **kwargs)
+
+
+def _sampler_with(**kwargs):
+    x, y = np.zeros((4, 2), np.float32), np.zeros((4, 3), np.float32)
+    return BatchSampler(**{"inputs": x, "targets": y, "batch_size": 2, **kwargs})
+
+
+# every argument of the Trainer, the BatchSampler and the callbacks, given a value of the wrong type
+_TRAIN_CASES = [
+    (_trainer_with, "log_every", bad) for bad in ("100", True, 10.0, -1)
+] + [(_trainer_with, "progress", bad) for bad in (1, "no", None)] + [
+    (_trainer_with, "scheduler_metric", bad) for bad in (5, None, "")
+] + [(_sampler_with, name, bad) for name in ("batch_size", "seed") for bad in ("2", True, 2.0)] + [
+    (lambda **k: sopt.train.Evaluate(lambda t: {}, **k), "every", bad) for bad in ("5", True, 0)
+] + [(lambda **k: sopt.train.EarlyStopping(**{"metric": "loss", "target": 1.0, **k}), name, bad)
+     for name, bads in (("target", ("1.0", True, None)), ("mode", (1, None, ["max"]))) for bad in bads] + [
+    (lambda **k: sopt.train.Checkpoint(**{"path": "run.ckpt", "every": 5, **k}), name, bad)
+    for name, bads in (("every", ("5", True)), ("path", (5, None, ""))) for bad in bads] + [
+    (lambda **k: sopt.train.JSONLLogger(**{"path": "log.jsonl", **k}), name, bad)
+    for name, bads in (("every", ("5", True)), ("append", (1, "yes")), ("path", (5, None))) for bad in bads]
+
+
+@pytest.mark.parametrize("make,name,bad", _TRAIN_CASES, ids=[f"{n}-{b!r}" for _, n, b in _TRAIN_CASES])
+def test_training_arguments_of_the_wrong_type(make, name, bad, no_gpu) -> None:
+    with pytest.raises(ValueError, match=rf"^(\w+ )?{name} must be"):
+        make(**{name: bad})
+
+
+def test_dataset_values_beyond_float32_are_refused(no_gpu) -> None:
+    x = np.zeros((4, 2))
+    x[1, 0], x[2, 1] = 1e39, -1e300
+    with pytest.raises(ValueError, match=r"inputs contains 2 value\(s\) too large for float32 \(largest magnitude 1e\+300"):
+        BatchSampler(x, np.zeros((4, 1)), 2)
+
+
+def test_image_data_must_be_real(tmp_path, no_gpu) -> None:
+    from sopt.data import psnr, save_image
+    with pytest.raises(ValueError, match="image must hold real numbers, got complex"):
+        save_image(tmp_path / "x.png", np.full((2, 2), 0.5 + 0.5j))
+    assert not (tmp_path / "x.png").exists()
+    with pytest.raises(ValueError, match="prediction must hold real numbers"):
+        psnr(np.zeros(3, np.complex128), np.zeros(3))
+    with pytest.raises(ValueError, match=r"data_range must be a number, got '1'"):
+        psnr(np.zeros(3), np.ones(3), data_range="1")
+    with pytest.raises(ValueError, match=r"data_range must be in \(0.0, inf\), got 0"):
+        psnr(np.zeros(3), np.ones(3), data_range=0)

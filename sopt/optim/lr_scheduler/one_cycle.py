@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, check_state, per_group
-from sopt.validation import check_float, check_int
+from sopt.validation import check_bool, check_choice, check_float, check_int
 
 
 def _anneal_cos(start: float, end: float, pct: float) -> float:
@@ -69,6 +69,7 @@ class OneCycleLR(LRScheduler):
                  div_factor: float = 25.0, final_div_factor: float = 1e4, three_phase: bool = False,
                  last_epoch: int = -1) -> None:
         check_optimizer(optimizer)
+        last_epoch = check_int(last_epoch, "last_epoch", low=-1)
         if total_steps is not None:
             self.total_steps = check_int(total_steps, "total_steps", low=1)
         elif epochs is not None and steps_per_epoch is not None:
@@ -77,16 +78,14 @@ class OneCycleLR(LRScheduler):
             raise ValueError(f"OneCycleLR needs total_steps, or both epochs and steps_per_epoch; got "
                              f"total_steps={total_steps}, epochs={epochs}, steps_per_epoch={steps_per_epoch}")
         pct_start = check_float(pct_start, "pct_start", 0.0, 1.0)
-        if anneal_strategy not in _ANNEAL:
-            raise ValueError(f"anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
-        self.anneal_strategy = anneal_strategy
+        self.anneal_strategy = check_choice(anneal_strategy, "anneal_strategy", _ANNEAL)
         div_factor = check_float(div_factor, "div_factor", low=0.0, low_inclusive=False)
         final_div_factor = check_float(final_div_factor, "final_div_factor", low=0.0, low_inclusive=False)
-        self.phases = self._make_phases(pct_start, bool(three_phase))
+        self.phases = self._make_phases(pct_start, check_bool(three_phase, "three_phase"))
         max_lrs = per_group(max_lr, "max_lr", optimizer,
                             lambda v, name: check_float(v, name, low=0.0, low_inclusive=False))
 
-        self.cycle_momentum = bool(cycle_momentum)
+        self.cycle_momentum = check_bool(cycle_momentum, "cycle_momentum")
         self.use_beta1 = False
         if self.cycle_momentum:
             defaults = getattr(optimizer, "defaults", {})

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, check_state, per_group
-from sopt.validation import check_float, check_int
+from sopt.validation import check_choice, check_float, check_int
 
 _MODES = ("min", "max")
 _THRESHOLD_MODES = ("rel", "abs")
@@ -44,11 +44,8 @@ class ReduceLROnPlateau(LRScheduler):
         check_optimizer(optimizer)
         self.optimizer = optimizer
         self.factor = check_float(factor, "factor", 0.0, 1.0, high_inclusive=False)
-        if mode not in _MODES:
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
-        if threshold_mode not in _THRESHOLD_MODES:
-            raise ValueError(f"threshold_mode must be 'rel' or 'abs', got {threshold_mode!r}")
-        self.mode, self.threshold_mode = mode, threshold_mode
+        self.mode = check_choice(mode, "mode", _MODES)
+        self.threshold_mode = check_choice(threshold_mode, "threshold_mode", _THRESHOLD_MODES)
         self.threshold = check_float(threshold, "threshold", low=0.0)
         self.patience = check_int(patience, "patience", low=0)
         self.cooldown = check_int(cooldown, "cooldown", low=0)
