@@ -77,8 +77,8 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path, monkeypatch):
 def test_load_errors_name_the_problem(tmp_path):
     p = sopt.Parameter(np.zeros(3), name="w")
     sopt.save(tmp_path / "a.npz", parameters=[p])
-    with pytest.raises(ValueError, match=r"shape \(4,\), the checkpoint's 'w' has \(3,\)"):
-        sopt.load(tmp_path / "a.npz", parameters=[sopt.Parameter(np.zeros(4), name="v")])
+    with pytest.raises(ValueError, match=r"'w' has shape \(4,\), the checkpoint's 'w' has \(3,\)"):
+        sopt.load(tmp_path / "a.npz", parameters=[sopt.Parameter(np.zeros(4), name="w")])
     with pytest.raises(ValueError, match="does not exist"):
         sopt.load(tmp_path / "missing.npz", parameters=[p])
     (tmp_path / "junk.npz").write_text("not a checkpoint")
