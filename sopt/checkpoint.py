@@ -237,20 +237,15 @@ def load(path: str | os.PathLike[str], parameters: Any = None, optimizer: Any = 
     where = f"checkpoint {str(target)!r}"
     meta, arrays = _read(target)
     keyed, qualified = _keyed_params(parameters, optimizer)
-    try:
+    if optimizer is not None and meta["optimizer"] is None:
+        raise CheckpointError(f"{where} has no optimiser state")
+    if scheduler is not None and meta["scheduler"] is None:
+        raise CheckpointError(f"{where} has no scheduler state")
+    try:   # the metadata's references to arrays, resolved
         extra = _join_arrays(meta["extra"], arrays)
-        optimizer_state = scheduler_state = None
-        if optimizer is not None:
-            if meta["optimizer"] is None:
-                raise CheckpointError(f"{where} has no optimiser state")
-            optimizer_state = _join_arrays(meta["optimizer"], arrays)
-        if scheduler is not None:
-            if meta["scheduler"] is None:
-                raise CheckpointError(f"{where} has no scheduler state")
-            scheduler_state = _join_arrays(meta["scheduler"], arrays)
+        optimizer_state = _join_arrays(meta["optimizer"], arrays) if optimizer is not None else None
+        scheduler_state = _join_arrays(meta["scheduler"], arrays) if scheduler is not None else None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        if isinstance(exc, CheckpointError):
-            raise
         raise CheckpointError(f"{where} has malformed metadata: {type(exc).__name__}: {exc}") from exc
 
     values: list[tuple[Parameter, np.ndarray]] = []
