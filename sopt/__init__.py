@@ -1,12 +1,12 @@
 """sopt: gradient-based optimisation on the GPU with Slang kernels through SlangPy."""
 
 from sopt import init, losses, nn, optim, train
-from sopt.checkpoint import load, save
+from sopt.checkpoint import CheckpointError, load, save
 from sopt.device import device_kind, get_device, synchronize
 from sopt.nn.gradcheck import gradcheck
 from sopt.parameter import Parameter
 
 __version__ = "0.1.0"
 
-__all__ = ["Parameter", "device_kind", "get_device", "gradcheck", "init", "load", "losses", "nn", "optim", "save",
-           "synchronize", "train"]
+__all__ = ["CheckpointError", "Parameter", "device_kind", "get_device", "gradcheck", "init", "load", "losses", "nn",
+           "optim", "save", "synchronize", "train"]

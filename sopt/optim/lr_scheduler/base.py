@@ -80,13 +80,17 @@ def check_state(state_dict: Any, owner: object, keys: Sequence[str]) -> None:
 
 
 def check_group_count(values: Any, key: str, optimizer: Any, owner: object) -> list[float]:
-    """The saved per-group list ``values`` as floats, ValueError if its length differs from the group count."""
+    """The saved per-group list ``values`` as finite floats >= 0, ValueError if its length differs from the group
+    count or a value is not such a number."""
     n = len(optimizer.param_groups)
     if not isinstance(values, list) or len(values) != n:
         raise ValueError(f"{type(owner).__name__} state_dict's {key!r} has "
                          f"{len(values) if isinstance(values, list) else repr(values)} entries, "
                          f"the optimizer has {n} param group(s)")
-    return [float(v) for v in values]
+    for i, v in enumerate(values):
+        if isinstance(v, (bool, np.bool_)):   # float(True) would pass
+            raise ValueError(f"{type(owner).__name__} state_dict's {key}[{i}] must be a number, got {v!r}")
+    return [check_float(v, f"{type(owner).__name__} state_dict's {key}[{i}]", low=0.0) for i, v in enumerate(values)]
 
 
 class LRScheduler:
@@ -107,6 +111,8 @@ class LRScheduler:
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ()
+    # how load_state_dict checks each of _state_attrs (value, name) -> value: the constructor's checks
+    _state_checks: ClassVar[dict[str, Callable[[Any, str], Any]]] = {}
     _is_initial: bool = False
 
     def __init__(self, optimizer: Any, last_epoch: int = -1) -> None:
@@ -177,19 +183,34 @@ class LRScheduler:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (hyperparameters included, as torch does) and write the saved
         lrs into the param groups, so the schedule continues exactly where it was saved even when the
-        optimiser's own state was not loaded."""
+        optimiser's own state was not loaded. Every field is checked first (type, range, group count):
+        ValueError with nothing changed when one is wrong."""
+        self._apply_state_dict(self._check_state_dict(state_dict))
+
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
+        """Check ``state_dict`` without changing anything; returns what :meth:`_apply_state_dict` writes."""
         check_state(state_dict, self, ("last_epoch", "step_count", "base_lrs", "last_lr", *self._state_attrs))
-        base_lrs = check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self)
-        last_lr = check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self)
-        last_epoch = check_int(state_dict["last_epoch"], "last_epoch", low=-1)
-        step_count = check_int(state_dict["step_count"], "step_count", low=0)
-        self.last_epoch, self._step_count, self.base_lrs = last_epoch, step_count, base_lrs
+        attrs = {}
         for name in self._state_attrs:
-            setattr(self, name, copy.deepcopy(state_dict[name]))
-        for group, base, lr in zip(self.optimizer.param_groups, base_lrs, last_lr):
+            check = self._state_checks.get(name)
+            value = copy.deepcopy(state_dict[name])
+            attrs[name] = check(value, name) if check is not None else value
+        return {"base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
+                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
+                "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
+                "step_count": check_int(state_dict["step_count"], "step_count", low=0),
+                "attrs": attrs}
+
+    def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
+        """Write a state checked by :meth:`_check_state_dict`."""
+        self.last_epoch, self._step_count = loaded["last_epoch"], loaded["step_count"]
+        self.base_lrs = list(loaded["base_lrs"])
+        for name, value in loaded["attrs"].items():
+            setattr(self, name, value)
+        for group, base, lr in zip(self.optimizer.param_groups, loaded["base_lrs"], loaded["last_lr"]):
             group["initial_lr"] = base
             group["lr"] = lr
-        self._last_lr = last_lr
+        self._last_lr = list(loaded["last_lr"])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(last_epoch={self.last_epoch}, last_lr={self._last_lr})"

@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_state
 from sopt.optim.lr_scheduler.plateau import ReduceLROnPlateau
+from sopt.validation import check_int
 
 
 def check_children(owner: str, schedulers: Sequence[Any], optimizer: Any) -> None:
@@ -67,19 +68,33 @@ class ChainedScheduler(LRScheduler):
                 "last_lr": [float(lr) for lr in self._last_lr], "schedulers": [s.state_dict() for s in self._schedulers]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore every scheduler; the saved lrs end up in the param groups."""
+        """Restore every scheduler; the saved lrs end up in the param groups. Every child's state is checked
+        before any is applied (ValueError with nothing changed)."""
+        self._apply_state_dict(self._check_state_dict(state_dict))
+
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
         check_state(state_dict, self, ("step_count", "base_lrs", "last_lr", "schedulers"))
         children = state_dict["schedulers"]
         if not isinstance(children, list) or len(children) != len(self._schedulers):
             raise ValueError(f"ChainedScheduler state_dict holds "
                              f"{len(children) if isinstance(children, list) else children!r} scheduler states, "
                              f"this ChainedScheduler has {len(self._schedulers)} schedulers")
-        base_lrs = check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self)
-        last_lr = check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self)
-        for scheduler, child in zip(self._schedulers, children):
-            scheduler.load_state_dict(child)
-        self.base_lrs = base_lrs
-        self._step_count = int(state_dict["step_count"])
-        for group, lr in zip(self.optimizer.param_groups, last_lr):
+        loaded_children = []
+        for i, (scheduler, child) in enumerate(zip(self._schedulers, children)):
+            try:
+                loaded_children.append(scheduler._check_state_dict(child))
+            except ValueError as exc:
+                raise ValueError(f"ChainedScheduler state_dict's schedulers[{i}]: {exc}") from None
+        return {"children": loaded_children,
+                "base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
+                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
+                "step_count": check_int(state_dict["step_count"], "step_count", low=0)}
+
+    def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
+        for scheduler, child in zip(self._schedulers, loaded["children"]):
+            scheduler._apply_state_dict(child)
+        self.base_lrs = list(loaded["base_lrs"])
+        self._step_count = loaded["step_count"]
+        for group, lr in zip(self.optimizer.param_groups, loaded["last_lr"]):
             group["lr"] = lr
-        self._last_lr = last_lr
+        self._last_lr = list(loaded["last_lr"])

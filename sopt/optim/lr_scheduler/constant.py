@@ -25,6 +25,8 @@ class ConstantLR(LRScheduler):
     """
 
     _state_attrs = ("factor", "total_iters")
+    _state_checks = {"factor": lambda v, n: check_float(v, n, 0.0, 1.0, low_inclusive=False),
+                     "total_iters": lambda v, n: check_int(v, n, low=1)}
 
     def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1) -> None:
         # factor 0 could never be undone (torch divides by it at total_iters).

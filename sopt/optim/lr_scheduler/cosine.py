@@ -31,6 +31,7 @@ class CosineAnnealingLR(LRScheduler):
     """
 
     _state_attrs = ("T_max", "eta_min")
+    _state_checks = {"T_max": lambda v, n: check_int(v, n, low=1), "eta_min": lambda v, n: check_float(v, n, low=0.0)}
 
     def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0, last_epoch: int = -1) -> None:
         self.T_max = check_int(T_max, "T_max", low=1)

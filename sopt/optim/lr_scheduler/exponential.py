@@ -21,6 +21,7 @@ class ExponentialLR(LRScheduler):
     """
 
     _state_attrs = ("gamma",)
+    _state_checks = {"gamma": lambda v, n: check_gamma(v)}
 
     def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1) -> None:
         self.gamma = check_gamma(gamma)

@@ -26,6 +26,9 @@ class LinearLR(LRScheduler):
     """
 
     _state_attrs = ("start_factor", "end_factor", "total_iters")
+    _state_checks = {"start_factor": lambda v, n: check_float(v, n, 0.0, 1.0, low_inclusive=False),
+                     "end_factor": lambda v, n: check_float(v, n, 0.0, 1.0),
+                     "total_iters": lambda v, n: check_int(v, n, low=1)}
 
     def __init__(self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0, total_iters: int = 5,
                  last_epoch: int = -1) -> None:

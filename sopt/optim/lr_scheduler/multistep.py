@@ -24,6 +24,8 @@ class MultiStepLR(LRScheduler):
     """
 
     _state_attrs = ("milestones", "gamma")
+    _state_checks = {"milestones": lambda v, n: check_milestones(v, n, low=0, strict=False),
+                     "gamma": lambda v, n: check_gamma(v)}
 
     def __init__(self, optimizer: Any, milestones: Iterable[int], gamma: float = 0.1, last_epoch: int = -1) -> None:
         self.milestones = check_milestones(milestones, "milestones", low=0, strict=False)

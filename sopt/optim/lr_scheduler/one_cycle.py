@@ -18,6 +18,28 @@ def _anneal_linear(start: float, end: float, pct: float) -> float:
 
 
 _ANNEAL = {"cos": _anneal_cos, "linear": _anneal_linear}
+_PHASE_KEYS = {"start_lr": ("initial_lr", "max_lr", "min_lr"), "end_lr": ("initial_lr", "max_lr", "min_lr"),
+               "start_momentum": ("max_momentum", "base_momentum"), "end_momentum": ("max_momentum", "base_momentum")}
+
+
+def _check_choice(value: Any, name: str, allowed: tuple[Any, ...]) -> Any:
+    """``value`` if it is one of ``allowed`` (and of the same type: True is not 1), else ValueError."""
+    if not any(type(value) is type(a) and value == a for a in allowed):
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _check_phases(phases: Any, name: str) -> list[dict[str, Any]]:
+    """A saved phase list: 2 or 3 dicts with a finite ``end_step`` and the group keys each phase anneals between."""
+    if not isinstance(phases, list) or len(phases) not in (2, 3):
+        raise ValueError(f"{name} must be a list of 2 or 3 phases, got {phases!r}")
+    for i, phase in enumerate(phases):
+        if not isinstance(phase, dict) or set(phase) != {"end_step", *_PHASE_KEYS}:
+            raise ValueError(f"{name}[{i}] must be a dict with keys {sorted({'end_step', *_PHASE_KEYS})}, got {phase!r}")
+        check_float(phase["end_step"], f"{name}[{i}].end_step")
+        for key, allowed in _PHASE_KEYS.items():
+            _check_choice(phase[key], f"{name}[{i}].{key}", allowed)
+    return phases
 
 
 class OneCycleLR(LRScheduler):
@@ -61,6 +83,11 @@ class OneCycleLR(LRScheduler):
     """
 
     _state_attrs = ("total_steps", "anneal_strategy", "cycle_momentum", "use_beta1", "phases")
+    _state_checks = {"total_steps": lambda v, n: check_int(v, n, low=1),
+                     "anneal_strategy": lambda v, n: _check_choice(v, n, tuple(_ANNEAL)),
+                     "cycle_momentum": lambda v, n: _check_choice(v, n, (False, True)),
+                     "use_beta1": lambda v, n: _check_choice(v, n, (False, True)),
+                     "phases": lambda v, n: _check_phases(v, n)}
 
     def __init__(self, optimizer: Any, max_lr: float | list[float], total_steps: int | None = None,
                  epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
@@ -184,20 +211,29 @@ class OneCycleLR(LRScheduler):
             state["last_momentum"] = [float(self._momentum(g)) for g in groups]
         return state
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # Validate everything before the base class changes anything.
-        check_state(state_dict, self, ("groups", "cycle_momentum"))
-        saved, cycle = state_dict["groups"], bool(state_dict["cycle_momentum"])
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
+        loaded = super()._check_state_dict(state_dict)
+        attrs = loaded["attrs"]
+        cycle, use_beta1 = attrs["cycle_momentum"], attrs["use_beta1"]
+        defaults = getattr(self.optimizer, "defaults", {})
+        if cycle and ("betas" if use_beta1 else "momentum") not in defaults:
+            raise ValueError(f"OneCycleLR state_dict cycles {'betas[0]' if use_beta1 else 'momentum'}, which "
+                             f"{type(self.optimizer).__name__} does not have")
+        saved = state_dict["groups"] if "groups" in state_dict else None
         keys = self._GROUP_KEYS + (self._MOMENTUM_KEYS if cycle else ())
         if not isinstance(saved, dict) or any(k not in saved for k in keys):
             raise ValueError(f"OneCycleLR state_dict's 'groups' must be a dict holding {list(keys)}")
         if cycle and "last_momentum" not in state_dict:
             raise ValueError("OneCycleLR state_dict with cycle_momentum lacks 'last_momentum'")
-        values = {k: check_group_count(saved[k], f"groups.{k}", self.optimizer, self) for k in keys}
-        momenta = check_group_count(state_dict["last_momentum"], "last_momentum", self.optimizer, self) if cycle else None
-        super().load_state_dict(state_dict)
+        loaded["groups"] = {k: check_group_count(saved[k], f"groups.{k}", self.optimizer, self) for k in keys}
+        loaded["momenta"] = (check_group_count(state_dict["last_momentum"], "last_momentum", self.optimizer, self)
+                             if cycle else None)
+        return loaded
+
+    def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
+        super()._apply_state_dict(loaded)
         for i, group in enumerate(self.optimizer.param_groups):
-            for k in keys:
-                group[k] = values[k][i]
-            if momenta is not None:
-                self._set_momentum(group, momenta[i])
+            for k, values in loaded["groups"].items():
+                group[k] = values[i]
+            if loaded["momenta"] is not None:
+                self._set_momentum(group, loaded["momenta"][i])

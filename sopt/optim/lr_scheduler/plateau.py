@@ -126,20 +126,39 @@ class ReduceLROnPlateau(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved and write the saved lrs into the param groups."""
+        """Restore what :meth:`state_dict` saved and write the saved lrs into the param groups; every field is
+        checked first (ValueError with nothing changed)."""
+        self._apply_state_dict(self._check_state_dict(state_dict))
+
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
         check_state(state_dict, self, ("last_epoch", "step_count", "base_lrs", "last_lr", "best", *self._SAVED))
         if state_dict["mode"] not in _MODES or state_dict["threshold_mode"] not in _THRESHOLD_MODES:
             raise ValueError(f"ReduceLROnPlateau state_dict has mode={state_dict['mode']!r}, "
-                             f"threshold_mode={state_dict['threshold_mode']!r}")
-        base_lrs = check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self)
-        last_lr = check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self)
-        min_lrs = check_group_count(state_dict["min_lrs"], "min_lrs", self.optimizer, self)
-        for name in self._SAVED:
-            setattr(self, name, state_dict[name])
-        self.min_lrs, self.base_lrs = min_lrs, base_lrs
-        self.last_epoch = int(state_dict["last_epoch"])
-        self._step_count = int(state_dict["step_count"])
-        self.best = self.mode_worse if state_dict["best"] is None else float(state_dict["best"])
-        for group, lr in zip(self.optimizer.param_groups, last_lr):
+                             f"threshold_mode={state_dict['threshold_mode']!r}; allowed: {_MODES}, {_THRESHOLD_MODES}")
+        best = state_dict["best"]   # None: the initial +-inf
+        attrs = {"mode": state_dict["mode"], "threshold_mode": state_dict["threshold_mode"],
+                 "factor": check_float(state_dict["factor"], "factor", 0.0, 1.0, high_inclusive=False),
+                 "threshold": check_float(state_dict["threshold"], "threshold", low=0.0),
+                 "patience": check_int(state_dict["patience"], "patience", low=0),
+                 "cooldown": check_int(state_dict["cooldown"], "cooldown", low=0),
+                 "eps": check_float(state_dict["eps"], "eps", low=0.0),
+                 "cooldown_counter": check_int(state_dict["cooldown_counter"], "cooldown_counter", low=0),
+                 "num_bad_epochs": check_int(state_dict["num_bad_epochs"], "num_bad_epochs", low=0),
+                 "min_lrs": check_group_count(state_dict["min_lrs"], "min_lrs", self.optimizer, self),
+                 "best": None if best is None else check_float(best, "best")}
+        return {"base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
+                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
+                "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
+                "step_count": check_int(state_dict["step_count"], "step_count", low=0), "attrs": attrs}
+
+    def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
+        for name, value in loaded["attrs"].items():
+            setattr(self, name, value)
+        if self.best is None:
+            self.best = self.mode_worse
+        self.base_lrs = list(loaded["base_lrs"])
+        self.last_epoch, self._step_count = loaded["last_epoch"], loaded["step_count"]
+        # unlike the closed-form schedules, initial_lr is left alone (as the constructor does)
+        for group, lr in zip(self.optimizer.param_groups, loaded["last_lr"]):
             group["lr"] = lr
-        self._last_lr = last_lr
+        self._last_lr = list(loaded["last_lr"])

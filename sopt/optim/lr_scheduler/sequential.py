@@ -82,7 +82,11 @@ class SequentialLR(LRScheduler):
                 "last_lr": [float(lr) for lr in self._last_lr], "schedulers": [s.state_dict() for s in self._schedulers]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore every scheduler, then this one's position; the saved lrs end up in the param groups."""
+        """Restore every scheduler, then this one's position; the saved lrs end up in the param groups. Every
+        child's state is checked before any is applied (ValueError with nothing changed)."""
+        self._apply_state_dict(self._check_state_dict(state_dict))
+
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
         check_state(state_dict, self, ("last_epoch", "step_count", "milestones", "base_lrs", "last_lr",
                                        "schedulers"))
         children = state_dict["schedulers"]
@@ -90,15 +94,27 @@ class SequentialLR(LRScheduler):
             raise ValueError(f"SequentialLR state_dict holds {len(children) if isinstance(children, list) else children!r}"
                              f" scheduler states, this SequentialLR has {len(self._schedulers)} schedulers")
         milestones = check_milestones(state_dict["milestones"], "milestones", low=1, strict=True)
-        base_lrs = check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self)
-        last_lr = check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self)
-        for scheduler, child in zip(self._schedulers, children):
-            scheduler.load_state_dict(child)
-        self._milestones, self.base_lrs = milestones, base_lrs
-        self.last_epoch = int(state_dict["last_epoch"])
-        self._step_count = int(state_dict["step_count"])
-        # The inactive schedulers wrote stale lrs while loading: the active lr is this one's.
-        for group, lr in zip(self.optimizer.param_groups, last_lr):
-            group["lr"] = lr
-        self._last_lr = last_lr
+        if len(milestones) != len(self._schedulers) - 1:
+            raise ValueError(f"SequentialLR state_dict has milestones={milestones} for {len(self._schedulers)} "
+                             f"schedulers; it needs one fewer")
+        loaded_children = []
+        for i, (scheduler, child) in enumerate(zip(self._schedulers, children)):
+            try:
+                loaded_children.append(scheduler._check_state_dict(child))
+            except ValueError as exc:
+                raise ValueError(f"SequentialLR state_dict's schedulers[{i}]: {exc}") from None
+        return {"milestones": milestones, "children": loaded_children,
+                "base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
+                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
+                "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
+                "step_count": check_int(state_dict["step_count"], "step_count", low=0)}
 
+    def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
+        for scheduler, child in zip(self._schedulers, loaded["children"]):
+            scheduler._apply_state_dict(child)
+        self._milestones, self.base_lrs = loaded["milestones"], list(loaded["base_lrs"])
+        self.last_epoch, self._step_count = loaded["last_epoch"], loaded["step_count"]
+        # The inactive schedulers wrote stale lrs while loading: the active lr is this one's.
+        for group, lr in zip(self.optimizer.param_groups, loaded["last_lr"]):
+            group["lr"] = lr
+        self._last_lr = list(loaded["last_lr"])

@@ -24,6 +24,7 @@ class StepLR(LRScheduler):
     """
 
     _state_attrs = ("step_size", "gamma")
+    _state_checks = {"step_size": lambda v, n: check_int(v, n, low=1), "gamma": lambda v, n: check_gamma(v)}
 
     def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
         self.step_size = check_int(step_size, "step_size", low=1)

@@ -31,6 +31,10 @@ class WarmupCosineLR(LRScheduler):
     """
 
     _state_attrs = ("warmup_steps", "total_steps", "eta_min", "warmup_start_factor")
+    _state_checks = {"warmup_steps": lambda v, n: check_int(v, n, low=0),
+                     "total_steps": lambda v, n: check_int(v, n, low=1),
+                     "eta_min": lambda v, n: check_float(v, n, low=0.0),
+                     "warmup_start_factor": lambda v, n: check_float(v, n, 0.0, 1.0)}
 
     def __init__(self, optimizer: Any, warmup_steps: int, total_steps: int, eta_min: float = 0.0,
                  warmup_start_factor: float = 0.0, last_epoch: int = -1) -> None:
@@ -42,6 +46,14 @@ class WarmupCosineLR(LRScheduler):
         self.eta_min = check_float(eta_min, "eta_min", low=0.0)
         self.warmup_start_factor = check_float(warmup_start_factor, "warmup_start_factor", 0.0, 1.0)
         super().__init__(optimizer, last_epoch)
+
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
+        loaded = super()._check_state_dict(state_dict)
+        attrs = loaded["attrs"]
+        if attrs["warmup_steps"] >= attrs["total_steps"]:
+            raise ValueError(f"WarmupCosineLR state_dict has warmup_steps={attrs['warmup_steps']} >= "
+                             f"total_steps={attrs['total_steps']}; warmup_steps must be < total_steps")
+        return loaded
 
     def _lr_at(self, base: float, t: int) -> float:
         W, T, s = self.warmup_steps, self.total_steps, self.warmup_start_factor
