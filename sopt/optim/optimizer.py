@@ -432,9 +432,7 @@ class Optimizer:
         max_grad_norm = state_dict.get("max_grad_norm", self.max_grad_norm)
         if max_grad_norm is not None:
             max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
-        skip_nonfinite = state_dict.get("skip_nonfinite", self.skip_nonfinite)
-        if not isinstance(skip_nonfinite, (bool, np.bool_)):
-            raise ValueError(f"skip_nonfinite must be True or False, got {skip_nonfinite!r}")
+        skip_nonfinite = check_bool(state_dict.get("skip_nonfinite", self.skip_nonfinite), "skip_nonfinite")
         step = check_int(state_dict.get("step", 0), "step", low=0)
         skipped = check_int(state_dict.get("skipped_steps", 0), "skipped_steps", low=0)
         return _LoadedState(checked, arrays, max_grad_norm, bool(skip_nonfinite), step, skipped)
@@ -485,6 +483,7 @@ class Optimizer:
         self._ctl.copy_from_numpy(ctl)
         self._layout_key = None
         self._skipped_seen = loaded.skipped
+        self._results_seen = 0   # the counter restarts from zero with the control buffer
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
