@@ -48,3 +48,10 @@ def check_int(value: Any, name: str, low: int | None = None) -> int:
     if low is not None and value < low:
         raise ValueError(f"{name} must be >= {low}, got {value!r}")
     return int(value)
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a bool (numpy's included), else ValueError: 0, 1 or "true" are not taken for flags."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
