@@ -7,10 +7,11 @@ optional frequency encoding) in one kernel and saves each pre-activation z. The 
 per layer, which reads dL/dz of its layer, writes dL/dz of the layer below = (W^T dL/dz) * act'(z below),
 and accumulates dW = sum_n dL/dz_n a_n^T in registers across the tiles its group visits (one atomic add
 per weight per group). An output layer of <= 4 features is folded into the last hidden layer's kernel.
-The order of those atomic adds varies, so the weight gradients can differ in the last bits between runs
-once a batch spans several groups (N > 64); ``deterministic=True`` makes them bit-identical: each group
-stores its sums in a scratch buffer (groups x parameters floats, kept per batch size) and one more kernel
-adds the groups' sums in group order into the gradient.
+The order of those atomic adds (the groups', and within a group those of the threads that split a tile's
+samples between them) varies, so the weight gradients can differ in the last bits between runs;
+``deterministic=True`` makes them bit-identical: each group sums its threads in thread order and stores the
+sums in a scratch buffer (groups x parameters floats, kept per batch size), and one more kernel adds the
+groups' sums in group order into the gradient.
 Use it where a ``Sequential`` of ``Linear`` layers is too slow.
 
 The frequency encoding is tiny-cuda-nn's, sin/cos(2^k pi x), computed with exact argument reduction

@@ -154,3 +154,43 @@ def test_compiles_without_uninitialised_variable_warnings(tmp_path):
     assert run.returncode == 0, printed
     assert "compiled and ran" in printed
     assert "E41035" not in printed and "uninitialized" not in printed, printed
+
+
+def _train_deterministic_fused(steps: int = 3):
+    """(first step's gradient, x, dy, the module) after ``steps`` Adam steps on a batch of 11 groups."""
+    m = FullyFusedMLP(2, 3, 8, 2, activation="tanh", encoding={"otype": "Frequency", "n_frequencies": 2}, seed=4,
+                      deterministic=True)
+    rng = np.random.default_rng(5)
+    n = 700
+    x = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
+    target = rng.uniform(0, 1, (n, 3)).astype(np.float32)
+    xt = spy.Tensor.from_numpy(sopt.get_device(), x)
+    opt = sopt.optim.Adam(m.parameters(), lr=1e-2)
+    first = None
+    for step in range(steps):
+        y = m.forward(xt)
+        dy = (2 * (y.to_numpy() - target) / target.size).astype(np.float32)
+        y.grad.copy_from_numpy(dy)
+        m.backward(xt, y)
+        if step == 0:
+            first = (m.params.grad_numpy(), x, dy, m.params.numpy())
+        opt.step()
+    return first, m
+
+
+@pytest.mark.parametrize("max_groups", [512, 3])
+def test_deterministic_mode_is_bit_identical_and_correct(max_groups, monkeypatch):
+    """max_groups = 3: each group walks several tiles; the output layer is folded in (3 outputs, 2 layers)."""
+    monkeypatch.setattr(sopt.nn.fully_fused_mlp, "_MAX_BACKWARD_GROUPS", max_groups)
+    (g, x, dy, p0), m = _train_deterministic_fused()
+    m.params.load(p0)   # the reference at the first step's parameters
+    _, grads_ref, _ = reference(m, x, dy)
+    for j, ((gw, gb), (rw, rb)) in enumerate(zip(m.layer_slices(g), grads_ref)):
+        assert rel(gw, rw) < 1e-5, f"layer {j} weight gradient"
+        assert rel(gb, rb) < 1e-5, f"layer {j} bias gradient"
+    (g2, _, _, _), m2 = _train_deterministic_fused()
+    assert np.array_equal(g.view(np.uint32), g2.view(np.uint32))
+    (_, _, _, _), m3 = _train_deterministic_fused()
+    final, final2 = m3.params.numpy(), m2.params.numpy()
+    assert np.array_equal(final.view(np.uint32), final2.view(np.uint32))
+    assert not np.array_equal(final, p0)
