@@ -30,11 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pathlib
+import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
 import slangpy as spy
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's sopt, not an installed one
 
 from sopt import device as dev
 from sopt.data.image import generated_image, pixel_coordinates
