@@ -132,3 +132,5 @@ def test_problem_deterministic_runs_are_bit_identical() -> None:
     assert len(losses[0]) == 30 and losses[0] == losses[1]
     assert runs[0].psnr == runs[1].psnr > 15.0
     assert np.array_equal(runs[0].reconstruction.view(np.uint32), runs[1].reconstruction.view(np.uint32))
+    with pytest.raises(ValueError, match="config deterministic must be True or False, got 1"):
+        load_config(deterministic=1)
