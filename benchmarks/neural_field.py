@@ -18,7 +18,11 @@ network, ``torch.optim.Adam(lr=1e-2)`` (default foreach implementation), batches
 on the GPU. Also times sopt's hash-grid network (16 levels x 2 features, 2^19 table, base resolution 16,
 per-level scale 1.5 to reach 512 px -> 2 hidden layers of 64 ReLU -> 3) and reports it.
 
-Run: SOPT_DEVICE=cuda python3 benchmarks/neural_field.py [--steps 1000] [--batches 14,18] [--quick]
+``--deterministic`` adds ``sopt fused-det`` and ``sopt hashgrid-det``: the ``fused`` and ``hashgrid`` networks
+built with ``deterministic=True`` (fixed-order weight-gradient reduction, fixed-point hash-table gradient),
+timed in the same run, and prints each one's ms/step against its default-mode twin.
+
+Run: SOPT_DEVICE=cuda python3 benchmarks/neural_field.py [--steps 1000] [--batches 14,18] [--quick] [--deterministic]
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pathlib
+import sys
 import time
 from typing import Any, Callable
 
 import numpy as np
 import slangpy as spy
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's sopt, not an installed one
 
 from sopt import device as dev
 from sopt.data.image import generated_image, pixel_coordinates
@@ -78,9 +86,12 @@ def time_steps(step: Callable[[], Any], sync: Callable[[], None], steps: int, wa
 def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps: int, warmup: int,
              torch_init: list | None, seed: int = 0) -> dict[str, Any]:
     targets = image.reshape(-1, 3)
+    name = kind
+    det = kind.endswith("-det")
+    kind = kind.removesuffix("-det")
     if kind == "fused":
         model = FullyFusedMLP(2, 3, HIDDEN, LAYERS, activation="relu",
-                              encoding={"otype": "Frequency", "n_frequencies": N_FREQS}, seed=0)
+                              encoding={"otype": "Frequency", "n_frequencies": N_FREQS}, seed=0, deterministic=det)
         if torch_init is not None:
             model.load_layers(torch_init)
     elif kind == "fused+enc":
@@ -93,8 +104,9 @@ def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps
                     seed=0)
     elif kind == "hashgrid":
         enc = HashGridEncoding(2, n_levels=16, n_features=2, log2_table_size=19, base_resolution=16,
-                               per_level_scale=1.5, seed=0)
-        model = Sequential(enc, FullyFusedMLP(enc.out_features, 3, HIDDEN, 2, activation="relu", seed=0))
+                               per_level_scale=1.5, seed=0, deterministic=det)
+        model = Sequential(enc, FullyFusedMLP(enc.out_features, 3, HIDDEN, 2, activation="relu", seed=0,
+                                              deterministic=det))
     else:
         raise ValueError(kind)
     opt = Adam(model.parameters(), lr=1e-2)
@@ -103,7 +115,7 @@ def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps
     total = warmup + steps
     per_step = time_steps(trainer.train_step, dev.synchronize, steps, warmup)
     assert trainer.step == total
-    return {"framework": f"sopt {kind}", "batch": batch, "ms_per_step": per_step * 1e3,
+    return {"framework": f"sopt {name}", "batch": batch, "ms_per_step": per_step * 1e3,
             "samples_per_s": batch / per_step, "psnr": sopt_eval_psnr(model, coords, image),
             "steps": total, "seed": seed}
 
@@ -162,6 +174,9 @@ def main() -> None:
                     help="runs per framework and batch size, seeds 0..N-1 for the initial weights and the batches; "
                          "the summary gives the median ms/step and the mean PSNR (one run's final PSNR varies by "
                          "~0.5 dB with the seed at lr 1e-2)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="also time fused and hashgrid with deterministic=True (variants fused-det, hashgrid-det) "
+                         "and print their cost against the default mode")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.quick:
@@ -169,6 +184,9 @@ def main() -> None:
     image = generated_image(args.size)
     coords = pixel_coordinates(args.size, args.size)
     variants = args.variants.split(",")
+    if args.deterministic:
+        variants += [f"{v}-det" for v in ("fused", "hashgrid") if f"{v}-det" not in variants]
+        variants += [v for v in ("fused", "hashgrid") if v not in variants]   # the default twin, same run
     try:
         import torch
         has_torch = torch.cuda.is_available()
@@ -191,7 +209,7 @@ def main() -> None:
                               for m in net if isinstance(m, torch.nn.Linear)]
                 rows.append(run_torch(torch, net, coords, image, batch, timed, args.warmup, seed))
                 print(f"  {rows[-1]}", flush=True)
-            for kind in ("fused", "fused+enc", "layers", "hashgrid"):
+            for kind in ("fused", "fused-det", "fused+enc", "layers", "hashgrid", "hashgrid-det"):
                 if kind in variants:
                     rows.append(run_sopt(kind, coords, image, batch, timed, args.warmup, torch_init, seed))
                     print(f"  {rows[-1]}", flush=True)
@@ -209,6 +227,14 @@ def main() -> None:
         dpsnr = f", PSNR {np.mean(ps) - np.mean([r['psnr'] for r in ref]):+.2f} dB" if ref else ""
         print(f"{name:<16} {batch:>8} {ms:>9.3f} {batch / ms / 1e3:>11.1f} "
               f"{np.mean(ps):>8.2f} ({min(ps):.2f}..{max(ps):.2f})  {speed}{dpsnr}")
+    for base in ("fused", "hashgrid"):
+        for batch in sorted({b for _, b in summary}):
+            default, det = summary.get((f"sopt {base}", batch)), summary.get((f"sopt {base}-det", batch))
+            if default and det:
+                ms_default = float(np.median([r["ms_per_step"] for r in default]))
+                ms_det = float(np.median([r["ms_per_step"] for r in det]))
+                print(f"deterministic cost, {base:<8} batch {batch:>8}: {ms_default:.3f} -> {ms_det:.3f} ms/step "
+                      f"({100 * (ms_det / ms_default - 1):+.1f}%)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

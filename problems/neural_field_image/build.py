@@ -22,21 +22,23 @@ def build_model(config: dict[str, Any]) -> nn.Module:
 
     "MLP": sopt.nn.MLP (a Sequential of fused Linear layers, the encoding as module 0; none for "Identity").
     "FullyFusedMLP": sopt.nn.FullyFusedMLP (one kernel per pass; a Frequency encoding is fused into it, a
-    HashGrid encoding runs before it in a Sequential).
+    HashGrid encoding runs before it in a Sequential). ``deterministic`` goes to every layer with a reduction.
     """
+    det = bool(config.get("deterministic", False))
     net = config["network"]
     encoding = None if config["encoding"]["otype"] == "Identity" else config["encoding"]
     if net["otype"] == "FullyFusedMLP":
         fused = dict(hidden_features=net.get("n_neurons", 64), hidden_layers=net.get("n_hidden_layers", 2),
                      activation=_fused_activation(net.get("activation", "ReLU")),
-                     output_activation=_fused_activation(net.get("output_activation", "None")), seed=config["seed"])
+                     output_activation=_fused_activation(net.get("output_activation", "None")), seed=config["seed"],
+                     deterministic=det)
         if encoding is None or encoding["otype"] == "Frequency":
             return nn.FullyFusedMLP(2, 3, encoding=encoding, **fused)
-        grid = nn.make_encoding(encoding, 2, seed=config["seed"])
+        grid = nn.make_encoding(encoding, 2, seed=config["seed"], deterministic=det)
         return nn.Sequential(grid, nn.FullyFusedMLP(grid.out_features, 3, **fused))
     return nn.MLP(2, 3, hidden_features=net.get("n_neurons", 64), hidden_layers=net.get("n_hidden_layers", 2),
                   activation=net.get("activation", "ReLU"), output_activation=net.get("output_activation", "None"),
-                  encoding=encoding, seed=config["seed"])
+                  encoding=encoding, seed=config["seed"], deterministic=det)
 
 
 def build_loss(config: dict[str, Any]) -> losses.Loss:

@@ -14,7 +14,7 @@ import os
 import pathlib
 from typing import Any
 
-from sopt.validation import check_float, check_int
+from sopt.validation import check_bool, check_float, check_int
 
 # Sized for Mesa's software Vulkan driver: a 64x64 image and 800 steps take about 30 s there (plus a few
 # seconds compiling the kernels on first use) and reach about 36 dB on the generated image.
@@ -34,6 +34,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "eval_every": 50,                 # steps between full-image PSNR evaluations
     "checkpoint_every": 200,
     "target_psnr": None,              # stop early once the PSNR reaches this (dB)
+    "deterministic": False,           # bit-identical runs: fixed-order gradient sums in the layers and hash grid
 }
 
 # Allowed keys per section and otype (besides "otype").
@@ -51,7 +52,8 @@ SECTION_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "schedule": {"Constant": (), "WarmupCosine": ("warmup_steps", "final_lr_factor"),
                  "Step": ("step_size", "gamma"), "Exponential": ("gamma",)},
 }
-SCALARS = ("image_size", "steps", "batch_size", "seed", "log_every", "eval_every", "checkpoint_every", "target_psnr")
+SCALARS = ("image_size", "steps", "batch_size", "seed", "log_every", "eval_every", "checkpoint_every", "target_psnr",
+           "deterministic")
 
 
 def merge_config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +89,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("image_size", "steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
         check_int(config[key], f"config {key}", low=1)
     check_int(config["seed"], "config seed", low=0)
+    check_bool(config["deterministic"], "config deterministic")
     if config["target_psnr"] is not None:
         check_float(config["target_psnr"], "config target_psnr")
     return config

@@ -83,8 +83,9 @@ class BatchBuffers:
     def __init__(self) -> None:
         self._by_n: OrderedDict[int, dict[str, spy.Tensor]] = OrderedDict()
 
-    def get(self, name: str, n: int, features: int, grads: bool = False) -> spy.Tensor:
-        """The ``(n, features)`` float32 tensor ``name`` (with a zeroed gradient buffer when ``grads``)."""
+    def get(self, name: str, n: int, features: int, grads: bool = False, rows: int | None = None) -> spy.Tensor:
+        """The ``(n, features)`` float32 tensor ``name`` (with a zeroed gradient buffer when ``grads``); with
+        ``rows``, a ``(rows, features)`` scratch tensor kept with batch size n's buffers."""
         slot = self._by_n.get(n)
         if slot is None:
             slot = self._by_n[n] = {}
@@ -94,7 +95,7 @@ class BatchBuffers:
             self._by_n.move_to_end(n)
         t = slot.get(name)
         if t is None:
-            t = spy.Tensor.empty(get_device(), (n, features), "float")
+            t = spy.Tensor.empty(get_device(), (n if rows is None else rows, features), "float")
             if grads:
                 t = t.with_grads(zero=True)
             slot[name] = t
@@ -122,3 +123,16 @@ def dummy(dims: int) -> spy.Tensor:
         t = spy.Tensor.from_numpy(get_device(), np.zeros((1,) * dims, np.float32))
         _dummies[dims] = t
     return t
+
+
+_dummy_buffer: spy.Buffer | None = None
+
+
+def dummy_buffer() -> spy.Buffer:
+    """A 16-byte buffer for a ``RWByteAddressBuffer`` argument the kernel is told not to touch."""
+    global _dummy_buffer
+    if _dummy_buffer is None:
+        _dummy_buffer = get_device().create_buffer(
+            size=16, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
+            data=np.zeros(16, np.uint8))
+    return _dummy_buffer

@@ -7,6 +7,11 @@ optional frequency encoding) in one kernel and saves each pre-activation z. The 
 per layer, which reads dL/dz of its layer, writes dL/dz of the layer below = (W^T dL/dz) * act'(z below),
 and accumulates dW = sum_n dL/dz_n a_n^T in registers across the tiles its group visits (one atomic add
 per weight per group). An output layer of <= 4 features is folded into the last hidden layer's kernel.
+The order of those atomic adds (the groups', and within a group those of the threads that split a tile's
+samples between them) varies, so the weight gradients can differ in the last bits between runs;
+``deterministic=True`` makes them bit-identical: each group sums its threads in thread order and stores the
+sums in a scratch buffer (groups x parameters floats, kept per batch size), and one more kernel adds the
+groups' sums in group order into the gradient.
 Use it where a ``Sequential`` of ``Linear`` layers is too slow.
 
 The frequency encoding is tiny-cuda-nn's, sin/cos(2^k pi x), computed with exact argument reduction
@@ -35,13 +40,18 @@ import slangpy as spy
 from sopt import device as dev
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
-from sopt.validation import check_choice, check_int
+from sopt.validation import check_bool, check_choice, check_int
 
 NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
 _MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
+
+
+def _backward_groups(n: int) -> int:
+    """Thread groups of the backward kernels for a batch of n: one per tile, at most _MAX_BACKWARD_GROUPS."""
+    return max(1, min(_MAX_BACKWARD_GROUPS, -(-n // TS)))
 
 
 def _align4(n: int) -> int:
@@ -74,16 +84,19 @@ class FullyFusedMLP(Module):
         hidden_layers: number of hidden layers L (>= 1).
         activation / output_activation: one of ``ACTIVATIONS`` (``"sine"`` is sin(30 z)).
         seed: initialisation seed.
+        deterministic: bit-identical weight gradients run to run (a fixed-order reduction over the thread
+            groups, one more dispatch per backward; see the module docstring).
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 3,
                  activation: str = "relu", output_activation: str = "none", encoding: dict | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, deterministic: bool = False) -> None:
         in_features = check_int(in_features, "FullyFusedMLP in_features", low=1)
         out_features = check_int(out_features, "FullyFusedMLP out_features", low=1)
         hidden_features = check_int(hidden_features, "FullyFusedMLP hidden_features", low=1)
         hidden_layers = check_int(hidden_layers, "FullyFusedMLP hidden_layers", low=1)
         seed = check_int(seed, "FullyFusedMLP seed", low=0)
+        self.deterministic = check_bool(deterministic, "FullyFusedMLP deterministic")
         self.n_frequencies = 0
         if encoding is not None:
             if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
@@ -163,6 +176,7 @@ class FullyFusedMLP(Module):
         h, L, out = self.hidden_features, self.hidden_layers, self.out_features
         raw, freqs = self.in_features, self.n_frequencies
         in4, out4 = _align4(self.encoded_features), _align4(out)
+        det = int(self.deterministic)
         lines = ["import nn.fully_fused_mlp;"]
         header = f'[shader("compute")]\n[numthreads({NT}, 1, 1)]\n'
         for save in (0, 1):
@@ -180,12 +194,15 @@ class FullyFusedMLP(Module):
                 lines.append(f"{header}void {name}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
                              f"ffmlp_backward<{i_pad}, {i_log}, {raw}, {freqs}, {o}, {_align4(o)}, {act_o}, {act}, "
                              f"{int(j == L)}, {int(j == 0)}, {want_dx}, {_samples_per_thread(i_pad)}, "
-                             f"{_inputs_per_thread(_align4(o), i_pad)}, {ft}, {out}, {out4}, {out_act}>(gid.x, lane); }}")
+                             f"{_inputs_per_thread(_align4(o), i_pad)}, {ft}, {out}, {out4}, {out_act}, {det}>(gid.x, lane); }}")
                 names.append(name)
+        if det:
+            lines.append(f"{header}void reduce_partials(uint3 tid: SV_DispatchThreadID) {{ ffmlp_reduce_partials(tid.x); }}")
+            names.append("reduce_partials")
         device = dev.get_device()
-        key = f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{act}_{out_act}"
+        key = f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{act}_{out_act}_{det}"
         kernels = {}
-        with dev.compiling(f"FullyFusedMLP ({self.in_features} -> {h} x {L} -> {out})"):
+        with dev.compiling(f"FullyFusedMLP ({self.in_features} -> {h} x {L} -> {out}, kernels {key})"):
             module = device.load_module_from_source(key, "\n".join(lines))
             for name in names:
                 program = device.link_program([module], [module.entry_point(name)])
@@ -207,6 +224,8 @@ class FullyFusedMLP(Module):
                 "d0": spy.Tensor.zeros(device, (n_pad * h,), "float"),
                 "d1": spy.Tensor.zeros(device, (n_pad * h,), "float"),
             }
+            if self.deterministic:   # per-group sums of the backward pass (never-written padding stays zero)
+                buffers["partials"] = spy.Tensor.zeros(device, (_backward_groups(n) * self.params.size,), "float")
             if len(self._buffers) >= 4:
                 self._buffers.pop(next(iter(self._buffers)))
             self._buffers[n] = buffers
@@ -256,7 +275,11 @@ class FullyFusedMLP(Module):
         p, g = self.params.values, self.params.grad
         h, L = self.hidden_features, self.hidden_layers
         want_input_grad = x.grad_out is not None
-        n_groups = max(1, min(_MAX_BACKWARD_GROUPS, -(-n // TS)))
+        n_groups = _backward_groups(n)
+        partials = b.get("partials")
+        if self.deterministic and partials.shape[0] < n_groups * self.params.size:   # _MAX_BACKWARD_GROUPS changed
+            partials = b["partials"] = spy.Tensor.zeros(dev.get_device(), (n_groups * self.params.size,), "float")
+        det_args = {} if partials is None else {"mlp_partials": partials.storage, "partials_stride": self.params.size}
         scratch = [b["d0"], b["d1"]]
         own = encoder is None
         if own:
@@ -277,7 +300,11 @@ class FullyFusedMLP(Module):
                 mlp_dz=dz_storage, dz_off=dz_off, mlp_dzp=dzp.storage, dzp_off=dzp.offset,
                 mlp_dx=dx.storage, dx_off=dx.offset, layer_param_off=self.layers[j][3], layer_z_row=h * j,
                 prev_z_row=h * (j - 1) if j > 0 else 0, n_groups=n_groups, top_param_off=self.layers[L][3],
-                top_z_row=h * L).dispatch(n_groups * NT, encoder)
+                top_z_row=h * L, **det_args).dispatch(n_groups * NT, encoder)
+        if self.deterministic:
+            self._kernel("reduce_partials", n, x).set(
+                mlp_grads=g.storage, grads_off=g.offset, n_groups=n_groups, n_params=self.params.size,
+                **det_args).dispatch(self.params.size, encoder)
         if own:
             dev.submit(encoder)
 

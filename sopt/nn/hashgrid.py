@@ -10,18 +10,20 @@ import numpy as np
 import slangpy as spy
 
 from sopt import init
-from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
+from sopt.device import get_device
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy_buffer, has_grad
 from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
-from sopt.validation import check_float, check_int
+from sopt.validation import check_bool, check_float, check_int
 
 MAX_DIMS = 4          # 2^D cell corners are unrolled per level
 MAX_LEVELS = 32
 MAX_FEATURES = 8
 MAX_LOG2_TABLE_SIZE = 26
 INIT_RANGE = 1e-4     # tcnn initialises the table to U(-1e-4, 1e-4)
+MAX_FIXED_ENTRIES = 2**29 - 1   # deterministic mode: int64 sums at byte 8 + 8 i must stay below 2^32
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,25 @@ class HashGridEncoding(Module):
     2^log2_table_size), initialised U(-1e-4, 1e-4). Backward adds dL/dtable by atomics (a batch's samples
     share rows) and writes dL/dx when x carries a gradient buffer.
 
+    ``deterministic``: by default the table gradient is summed with float atomics, whose order (and so the
+    last bits of the sum) varies from run to run. With ``deterministic=True`` the backward pass sums in
+    64-bit fixed point with integer atomics, which is exact and order-free, so the gradient is bit-identical
+    run to run: one pass finds M = max |dL/dy| over the batch, every term w dL/dy is scaled by 2^S
+    (S = 61 - ceil(log2(N + 1)) - floor(log2 M), so that no entry's sum of <= N M in magnitude can overflow)
+    and rounded to an integer, and a last pass over the table adds sum * 2^-S to dL/dtable. Each term's
+    rounding error is below N M 2^-62 (for N = 2^18: M 2^-44), far under float32 summation's own error
+    (~2^-24 of the running sum per addition). Costs two extra dispatches (a read of dL/dy, a read of
+    8 bytes per table entry) and 8 bytes per table entry of memory; needs rows * n_features < 2^29.
+    NaN or Inf in dL/dy makes every entry of the table gradient non-finite.
+
     Args: in_dims 1..4 (2D and 3D are the usual), n_levels 1..32, n_features 1..8, log2_table_size
-    1..26, base_resolution >= 1, per_level_scale >= 1.
+    1..26, base_resolution >= 1, per_level_scale >= 1, deterministic a bool.
     """
 
     def __init__(self, in_dims: int, n_levels: int = 16, n_features: int = 2, log2_table_size: int = 19,
-                 base_resolution: int = 16, per_level_scale: float = 2.0, seed: int = 0) -> None:
+                 base_resolution: int = 16, per_level_scale: float = 2.0, seed: int = 0,
+                 deterministic: bool = False) -> None:
+        self.deterministic = check_bool(deterministic, "HashGridEncoding deterministic")
         self.in_dims = check_int(in_dims, "HashGridEncoding in_dims", low=1)
         self.n_levels = check_int(n_levels, "HashGridEncoding n_levels", low=1)
         self.n_features = check_int(n_features, "HashGridEncoding n_features", low=1)
@@ -93,6 +108,10 @@ class HashGridEncoding(Module):
         if rows * self.n_features > 2**31 - 1:
             raise ValueError(f"HashGridEncoding: the table would have {rows * self.n_features} elements, more than "
                              "2^31 - 1; lower log2_table_size or n_levels")
+        if self.deterministic and rows * self.n_features >= MAX_FIXED_ENTRIES:
+            raise ValueError(f"HashGridEncoding: deterministic=True needs fewer than {MAX_FIXED_ENTRIES} table entries "
+                             f"(32-bit byte offsets of its int64 sums), the table has {rows * self.n_features}; "
+                             "lower log2_table_size or n_levels")
         self.table = Parameter(np.zeros((rows, self.n_features), np.float32), name="table")
         init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
         sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
@@ -104,14 +123,30 @@ class HashGridEncoding(Module):
             "hashed": [int(lv.hashed) for lv in self.levels],
         }
         self._buffers = BatchBuffers()
+        self._fixed: spy.Buffer | None = None     # deterministic mode's accumulators, made on first backward
+        self._max_at = 0                          # byte offset of the next backward's M slot
+        if self.deterministic:
+            self._max_fn = function("nn/hashgrid", f"hashgrid_grad_max<{self.n_levels},{self.n_features}>")
+            self._to_grad_fn = function("nn/hashgrid", f"hashgrid_fixed_to_grad<{self.n_features}>")
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "table", self.table
 
-    def _grid(self, need_dx: bool) -> dict[str, Any]:
+    def _grid(self, need_dx: bool, max_at: int = 0, log2_n: int = 0) -> dict[str, Any]:
         """The ``HashGridTable`` of hashgrid.slang (table tensors fetched now: they move into an optimiser's arena)."""
         return {"table": self.table.values, "table_grad": self.table.grad, **self._level_args,
-                "need_dx": int(need_dx)}
+                "need_dx": int(need_dx), "det": int(self._fixed is not None),
+                "fixed": self._fixed if self._fixed is not None else dummy_buffer(), "max_at": max_at,
+                "log2_n": log2_n}
+
+    def _fixed_buffer(self) -> spy.Buffer:
+        """The deterministic mode's buffer: two M slots (8 bytes), then one int64 per table entry, all zero."""
+        if self._fixed is None:
+            size = 8 + 8 * self.table.size
+            self._fixed = get_device().create_buffer(
+                size=size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
+                data=np.zeros(size, np.uint8))
+        return self._fixed
 
     def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         x = as_batch(x, self.in_features, "HashGridEncoding")
@@ -125,9 +160,18 @@ class HashGridEncoding(Module):
         n = x.shape[0]
         check_output(y, n, self.out_features, "HashGridEncoding")
         want_dx = has_grad(x)
-        launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._grid(want_dx), batch_grad(y))
+        if not self.deterministic:
+            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._grid(want_dx),
+                   batch_grad(y))
+            return
+        fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
+        self._max_at ^= 4
+        launch(self._max_fn, encoder, spy.grid((n,)), batch_grad(y), fixed, max_at)
+        launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._grid(want_dx, max_at, log2_n),
+               batch_grad(y))
+        launch(self._to_grad_fn, encoder, spy.grid((self.table.size,)), fixed, max_at, log2_n, self.table.grad)
 
     def __repr__(self) -> str:
         return (f"HashGridEncoding(in_dims={self.in_dims}, n_levels={self.n_levels}, n_features={self.n_features}, "
                 f"log2_table_size={self.log2_table_size}, base_resolution={self.base_resolution}, "
-                f"per_level_scale={self.per_level_scale})")
+                f"per_level_scale={self.per_level_scale}" + (", deterministic=True)" if self.deterministic else ")"))

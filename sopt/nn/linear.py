@@ -41,10 +41,15 @@ class Linear(Module):
     reduction over the batch (a thread per 4x4 block of (W | b) and chunk of 512 rows, one atomic add per
     weight per chunk). Gradients accumulate into ``weight.grad`` / ``bias.grad``; their sum order over
     chunks is not fixed, so results can differ in the last bits between runs when N > 512.
+
+    ``deterministic=True`` fixes that order: when N > 512 each chunk stores its block in a scratch tensor
+    ((chunks, out_features * (in_features + 1)) floats, kept per batch size like the output) and a second
+    dispatch sums the chunks in index order into the gradients, so they are bit-identical run to run.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int = 0,
-                 activation: Any = None) -> None:
+                 activation: Any = None, deterministic: bool = False) -> None:
+        self.deterministic = check_bool(deterministic, "Linear deterministic")
         self.in_features = check_int(in_features, "Linear in_features", low=1)
         self.out_features = check_int(out_features, "Linear out_features", low=1)
         bias = check_bool(bias, "Linear bias")
@@ -65,6 +70,9 @@ class Linear(Module):
         rows = max(1, min(self._tiles[0], GROUP_THREADS // self._tiles[1]))
         group = (1, rows, self._tiles[1]) if self._tiles[1] <= GROUP_THREADS else (1, 1, GROUP_THREADS)
         self._weight_grad_fn = function("nn/linear", f"linear_weight_grad<{sizes}>").call_group_shape(Shape(group))
+        if self.deterministic:
+            self._partial_fn = function("nn/linear", f"linear_weight_grad_partial<{sizes}>").call_group_shape(Shape(group))
+            self._reduce_fn = function("nn/linear", f"linear_partials_reduce<{sizes}>")
         self._buffers = BatchBuffers()
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
@@ -103,10 +111,22 @@ class Linear(Module):
             launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._weights(dz),
                    self._act_params, batch_grad(y))
         chunks = -(-n // ROWS_PER_CHUNK)
-        launch(self._weight_grad_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz if dz is not None else y.grad,
-               n, ROWS_PER_CHUNK, int(self.bias is not None), self.weight.grad,
-               self.bias.grad if self.bias is not None else dummy(1))
+        has_bias = int(self.bias is not None)
+        bias_grad = self.bias.grad if self.bias is not None else dummy(1)
+        dz_or_dy = dz if dz is not None else y.grad
+        if self.deterministic and chunks > 1:   # one chunk: one atomic add per weight, already order-free
+            cols = self.in_features + has_bias
+            partial = self._buffers.get("partial", n, self.out_features * cols, rows=chunks)
+            launch(self._partial_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz_or_dy, n, ROWS_PER_CHUNK,
+                   has_bias, partial)
+            launch(self._reduce_fn, encoder, spy.grid((self.out_features, cols)), partial, chunks, has_bias,
+                   self.weight.grad, bias_grad)
+            return
+        launch(self._weight_grad_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz_or_dy,
+               n, ROWS_PER_CHUNK, has_bias, self.weight.grad, bias_grad)
 
     def __repr__(self) -> str:
         act = f", activation={self.activation!r}" if self.activation is not None else ""
-        return f"Linear(in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}{act})"
+        det = ", deterministic=True" if self.deterministic else ""
+        return (f"Linear(in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}{act}{det})")

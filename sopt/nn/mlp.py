@@ -19,17 +19,19 @@ from sopt.validation import check_bool, check_int
 _FREQUENCY_KEYS = {"n_frequencies": "n_freqs", "n_freqs": "n_freqs"}
 _HASHGRID_KEYS = {"n_levels": "n_levels", "n_features_per_level": "n_features", "n_features": "n_features",
                   "log2_hashmap_size": "log2_table_size", "log2_table_size": "log2_table_size",
-                  "base_resolution": "base_resolution", "per_level_scale": "per_level_scale", "seed": "seed"}
+                  "base_resolution": "base_resolution", "per_level_scale": "per_level_scale", "seed": "seed",
+                  "deterministic": "deterministic"}
 
 
-def make_encoding(spec: Any, in_dims: int, seed: int = 0) -> Module:
+def make_encoding(spec: Any, in_dims: int, seed: int = 0, deterministic: bool = False) -> Module:
     """An encoding module for ``in_dims`` inputs from a config dict (or a Module, returned as is).
 
     ``{"otype": "Frequency", "n_frequencies": 6}`` -> FrequencyEncoding (``n_freqs`` also accepted);
     ``{"otype": "HashGrid", "n_levels": 16, "n_features_per_level": 2, "log2_hashmap_size": 19,
     "base_resolution": 16, "per_level_scale": 2.0}`` -> HashGridEncoding (also ``"otype": "Grid"`` with
     ``"type": "Hash"``, the constructor's own names, and ``"interpolation": "Linear"``). Omitted keys take
-    the constructor's defaults; ``seed`` defaults to the one given here.
+    the constructor's defaults; ``seed`` and ``deterministic`` (HashGrid's fixed-order table gradient; the
+    frequency encoding has no reduction) default to the ones given here.
     """
     if isinstance(spec, Module):
         if spec.in_features is not None and spec.in_features != in_dims:
@@ -50,7 +52,7 @@ def make_encoding(spec: Any, in_dims: int, seed: int = 0) -> Module:
         interpolation = options.pop("interpolation", "Linear")
         if not isinstance(interpolation, str) or interpolation.lower() != "linear":
             raise ValueError(f"encoding HashGrid: only 'Linear' interpolation is supported, got {interpolation!r}")
-        kwargs = {"seed": seed, **_rename(options, _HASHGRID_KEYS, "HashGrid")}
+        kwargs = {"seed": seed, "deterministic": deterministic, **_rename(options, _HASHGRID_KEYS, "HashGrid")}
         return HashGridEncoding(in_dims, **kwargs)
     raise ValueError(f"unknown encoding otype {spec['otype']!r}; allowed: 'Frequency', 'HashGrid' ('Grid')")
 
@@ -81,11 +83,16 @@ class MLP(Sequential):
     - Sine networks (SIREN, Sitzmann et al. 2020): first Linear W ~ U(-1/in, 1/in), every other Linear
       (output included) W ~ U(-sqrt(6/in)/w0, sqrt(6/in)/w0); biases keep torch's default.
     - otherwise torch.nn.Linear's default (see Linear).
+
+    ``deterministic=True``: bit-identical gradients run to run, for every Linear and a HashGrid encoding
+    built from a dict (one that sets ``"deterministic"`` itself keeps its value); see Linear and
+    HashGridEncoding.
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int, hidden_layers: int,
                  activation: Any = "relu", output_activation: Any = None, encoding: Any = None, bias: bool = True,
-                 seed: int = 0) -> None:
+                 seed: int = 0, deterministic: bool = False) -> None:
+        deterministic = check_bool(deterministic, "MLP deterministic")
         in_features = check_int(in_features, "MLP in_features", low=1)
         out_features = check_int(out_features, "MLP out_features", low=1)
         hidden_features = check_int(hidden_features, "MLP hidden_features", low=1)
@@ -97,12 +104,13 @@ class MLP(Sequential):
         modules: list[Module] = []
         width = in_features
         if encoding is not None:
-            enc = make_encoding(encoding, in_features, seed=derive_seed(seed, 0))
+            enc = make_encoding(encoding, in_features, seed=derive_seed(seed, 0), deterministic=deterministic)
             modules.append(enc)
             width = enc.out_features
         widths = [width] + [hidden_features] * hidden_layers + [out_features]
         linears = [Linear(widths[k], widths[k + 1], bias=bias, seed=derive_seed(seed, k + 1),
-                          activation=act if k < hidden_layers else out_act) for k in range(hidden_layers + 1)]
+                          activation=act if k < hidden_layers else out_act, deterministic=deterministic)
+                   for k in range(hidden_layers + 1)]
         for k, layer in enumerate(linears):
             _initialise(layer, first=k == 0, hidden=act, seed=derive_seed(seed, k + 1, 7))
         super().__init__(*modules, *linears)

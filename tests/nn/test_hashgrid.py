@@ -79,3 +79,64 @@ def test_rejects_bad_configuration():
         HashGridEncoding(2, per_level_scale=0.5)
     with pytest.raises(ValueError, match="n_levels"):
         HashGridEncoding(2, n_levels=0)
+
+
+def _train_deterministic_grid(steps: int = 3):
+    """(first step's table gradient, x, dy, table before it, final table) of a few Adam steps, 2000 samples."""
+    import sopt
+
+    enc = HashGridEncoding(**CONFIGS["2d"], seed=1, deterministic=True)
+    enc.table.load(np.random.default_rng(7).normal(size=enc.table.shape))
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0, 1, size=(2000, 2)).astype(np.float32)
+    target = rng.normal(size=(2000, enc.out_features)).astype(np.float32)
+    opt = sopt.optim.Adam(enc.parameters(), lr=1e-2)
+    first = None
+    for step in range(steps):
+        y = enc(x)
+        dy = (2 * (y.to_numpy() - target) / target.size).astype(np.float32)
+        y.grad.copy_from_numpy(dy)
+        enc.backward(x, y)
+        if step == 0:
+            first = (enc.table.grad_numpy(), x, dy, enc.table.numpy())
+        opt.step()
+    return first, enc.table.numpy(), enc
+
+
+def test_deterministic_mode_is_bit_identical_and_correct():
+    (g, x, dy, t0), final, enc = _train_deterministic_grid()
+    _, _, rtable = ref_hashgrid(x, t0, enc.levels, dy.astype(np.float64))
+    assert np.abs(rtable).max() > 1e-4
+    # fixed point: each term off by < N M 2^-62, then one float32 rounding of the sum
+    np.testing.assert_allclose(g, rtable, rtol=2e-6, atol=1e-10)
+    (g2, _, _, _), final2, _ = _train_deterministic_grid()
+    assert np.array_equal(g.view(np.uint32), g2.view(np.uint32))
+    assert np.array_equal(final.view(np.uint32), final2.view(np.uint32))
+    assert not np.array_equal(final, t0)
+
+
+def test_deterministic_gradients_accumulate_and_report_nonfinite(grids):
+    enc = HashGridEncoding(**CONFIGS["3d"], seed=1, deterministic=True)
+    enc.table.load(grids["3d"].table.numpy())
+    rng = np.random.default_rng(9)
+    x = rng.uniform(0, 1, size=(300, 3)).astype(np.float32)
+    dy = rng.normal(size=(300, enc.out_features)).astype(np.float32) * 1e-3
+    _, _, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    y = enc(x)
+    for _ in range(3):   # the M slots alternate between calls; each call adds its own sum
+        y.grad.copy_from_numpy(dy)
+        enc.backward(x, y)
+    np.testing.assert_allclose(enc.table.grad_numpy(), 3 * rtable, rtol=1e-5, atol=1e-12)
+    dy[5, 1] = np.inf
+    enc.table.zero_grad()
+    y.grad.copy_from_numpy(dy)
+    enc.backward(x, y)
+    assert not np.isfinite(enc.table.grad_numpy()).any()
+    dy[5, 1] = 0.5   # and the next call is finite and right again (no leftover sums)
+    enc.table.zero_grad()
+    y.grad.copy_from_numpy(dy)
+    enc.backward(x, y)
+    _, _, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-5, atol=1e-12)
+    with pytest.raises(ValueError, match="HashGridEncoding deterministic must be True or False"):
+        HashGridEncoding(2, deterministic="yes")

@@ -179,3 +179,57 @@ def test_training_with_adam_moves_parameters_into_the_arena():
         opt.step()
     np.testing.assert_allclose(layer.weight.numpy(), [[1.5, -2.0]], atol=0.05)
     np.testing.assert_allclose(layer.bias.numpy(), [0.5], atol=0.05)
+
+
+def _train_deterministic_linear() -> tuple:
+    """Four Adam steps on a batch of three chunks and a bit: (first step's dW, db, x, dy, W, b at the end)."""
+    layer = Linear(6, 5, seed=2, activation="tanh", deterministic=True)
+    opt = sopt.optim.Adam(layer.parameters(), lr=1e-2)
+    rng = np.random.default_rng(11)
+    n = 3 * ROWS_PER_CHUNK + 5
+    x = rng.normal(size=(n, 6)).astype(np.float32)
+    target = rng.normal(size=(n, 5)).astype(np.float32)
+    xt = spy.Tensor.from_numpy(sopt.get_device(), x)
+    first = None
+    for step in range(4):
+        y = layer(xt)
+        dy = (2.0 * (y.to_numpy() - target) / target.size).astype(np.float32)
+        y.grad.copy_from_numpy(dy)
+        layer.backward(xt, y)
+        if step == 0:
+            first = (layer.weight.grad_numpy(), layer.bias.grad_numpy(), x, dy, layer.weight.numpy(),
+                     layer.bias.numpy())
+        opt.step()
+    dw, db, x, dy, w0, b0 = first
+    return dw, db, (x, dy, w0, b0), layer.weight.numpy(), layer.bias.numpy()
+
+
+def test_deterministic_mode_is_bit_identical_and_correct():
+    dw, db, (x, dy, w0, b0), w, b = _train_deterministic_linear()
+    _, _, rdw, rdb = ref_linear(x.astype(np.float64), w0.astype(np.float64), b0.astype(np.float64),
+                                dy.astype(np.float64), "tanh")
+    np.testing.assert_allclose(dw, rdw, rtol=1e-5, atol=1e-7)   # the chunk sums are the right ones
+    np.testing.assert_allclose(db, rdb, rtol=1e-5, atol=1e-7)
+    dw2, db2, _, w2, b2 = _train_deterministic_linear()
+    for a, c in ((dw, dw2), (db, db2), (w, w2), (b, b2)):
+        assert np.array_equal(a.view(np.uint32), c.view(np.uint32))
+    assert not np.array_equal(w, w0)                              # it did train
+
+
+def test_deterministic_gradients_accumulate(layers):
+    layer = Linear(3, 2, seed=5, deterministic=True)
+    n = 2 * ROWS_PER_CHUNK + 3
+    rng = np.random.default_rng(12)
+    x_np = rng.normal(size=(n, 3)).astype(np.float32)
+    dy = rng.normal(size=(n, 2)).astype(np.float32)
+    x = spy.Tensor.from_numpy(sopt.get_device(), x_np)
+    y = layer(x)
+    y.grad.copy_from_numpy(dy)
+    layer.backward(x, y)
+    layer.backward(x, y)
+    _, _, rdw, rdb = ref_linear(x_np.astype(np.float64), *params64(layer), dy.astype(np.float64))
+    # added, not overwritten (sums of ~1000 terms up to ~130: float32 rounding ~1e-5 absolute)
+    np.testing.assert_allclose(layer.weight.grad_numpy(), 2 * rdw, rtol=1e-5, atol=2e-4)
+    np.testing.assert_allclose(layer.bias.grad_numpy(), 2 * rdb, rtol=1e-5, atol=2e-4)
+    with pytest.raises(ValueError, match="Linear deterministic must be True or False, got 1"):
+        Linear(3, 2, deterministic=1)

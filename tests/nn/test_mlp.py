@@ -187,3 +187,15 @@ def test_module_arguments_of_the_wrong_type_are_rejected(owner, make, name, bad)
 def test_encoding_config_strings_must_be_strings(spec, match):
     with pytest.raises(ValueError, match=match):
         make_encoding(spec, 2)
+
+
+def test_deterministic_reaches_every_layer_with_a_reduction():
+    grid = {"otype": "HashGrid", "n_levels": 2, "log2_hashmap_size": 6, "base_resolution": 4}
+    model = MLP(2, 1, 8, 1, encoding=grid, deterministic=True)
+    assert model.encoding.deterministic and all(layer.deterministic for layer in model.layers)
+    assert not any(layer.deterministic for layer in MLP(2, 1, 8, 1).layers)
+    kept = MLP(2, 1, 8, 1, encoding={**grid, "deterministic": False}, deterministic=True)   # the dict's own value
+    assert not kept.encoding.deterministic and kept.layers[0].deterministic
+    assert make_encoding({**grid, "deterministic": True}, 2).deterministic
+    with pytest.raises(ValueError, match="MLP deterministic must be True or False, got 'true'"):
+        MLP(2, 1, 8, 1, deterministic="true")

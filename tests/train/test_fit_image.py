@@ -115,3 +115,22 @@ def test_problem_builds_the_configured_network() -> None:
         build_model(load_config(network={"otype": "FullyFusedMLP", "activation": "Swish"}))
     layered = build_model(load_config())
     assert isinstance(layered, nn.MLP) and len(layered.layers) == DEFAULT_CONFIG["network"]["n_hidden_layers"] + 1
+
+
+def test_problem_deterministic_runs_are_bit_identical() -> None:
+    """Hash grid + MLP of Linears (both reductions), batches of 1024 (two Linear chunks), 30 steps, twice."""
+    from problems.neural_field_image.run import fit_image
+
+    config = load_config(image_size=SIZE, steps=30, batch_size=1024, eval_every=10, log_every=1, deterministic=True,
+                         encoding={"otype": "HashGrid", "n_levels": 4, "log2_hashmap_size": 8, "base_resolution": 4,
+                                   "per_level_scale": 1.5},
+                         network={"n_neurons": 16, "n_hidden_layers": 1})
+    model = build_model(config)
+    assert model.encoding.deterministic and all(layer.deterministic for layer in model.layers)
+    runs = [fit_image(generated_image(SIZE), config, progress=False) for _ in range(2)]
+    losses = [[r["loss"] for r in run.train.history if "loss" in r] for run in runs]
+    assert len(losses[0]) == 30 and losses[0] == losses[1]
+    assert runs[0].psnr == runs[1].psnr > 15.0
+    assert np.array_equal(runs[0].reconstruction.view(np.uint32), runs[1].reconstruction.view(np.uint32))
+    with pytest.raises(ValueError, match="config deterministic must be True or False, got 1"):
+        load_config(deterministic=1)
