@@ -147,7 +147,7 @@ def test_compiles_without_uninitialised_variable_warnings(tmp_path):
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    env = {**os.environ, "SOPT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(root)}
+    env = {**os.environ, "SOPT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], cwd=root, env=env, capture_output=True,
                          text=True, timeout=600)
     printed = run.stdout + run.stderr
