@@ -18,9 +18,10 @@ network, ``torch.optim.Adam(lr=1e-2)`` (default foreach implementation), batches
 on the GPU. Also times sopt's hash-grid network (16 levels x 2 features, 2^19 table, base resolution 16,
 per-level scale 1.5 to reach 512 px -> 2 hidden layers of 64 ReLU -> 3) and reports it.
 
-``--deterministic`` adds ``sopt fused-det`` and ``sopt hashgrid-det``: the ``fused`` and ``hashgrid`` networks
-built with ``deterministic=True`` (fixed-order weight-gradient reduction, fixed-point hash-table gradient),
-timed in the same run, and prints each one's ms/step against its default-mode twin.
+``--deterministic`` adds the ``-det`` twin of each of ``fused``, ``hashgrid`` and ``layers`` in ``--variants``
+(``fused`` and ``hashgrid`` when none is): the network built with ``deterministic=True`` (fixed-order
+weight-gradient reduction, fixed-point hash-table gradient), timed in the same run, and prints each one's
+ms/step against its default-mode twin.
 
 Run: SOPT_DEVICE=cuda python3 benchmarks/neural_field.py [--steps 1000] [--batches 14,18] [--quick] [--deterministic]
 """
@@ -101,7 +102,7 @@ def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps
         model = Sequential(FrequencyEncoding(2, N_FREQS), mlp)
     elif kind == "layers":
         model = MLP(2, 3, HIDDEN, LAYERS, activation="relu", encoding={"otype": "Frequency", "n_frequencies": N_FREQS},
-                    seed=0)
+                    seed=0, deterministic=det)
     elif kind == "hashgrid":
         enc = HashGridEncoding(2, n_levels=16, n_features=2, log2_table_size=19, base_resolution=16,
                                per_level_scale=1.5, seed=0, deterministic=det)
@@ -185,8 +186,10 @@ def main() -> None:
     coords = pixel_coordinates(args.size, args.size)
     variants = args.variants.split(",")
     if args.deterministic:
-        variants += [f"{v}-det" for v in ("fused", "hashgrid") if f"{v}-det" not in variants]
-        variants += [v for v in ("fused", "hashgrid") if v not in variants]   # the default twin, same run
+        # the deterministic twin of each network asked for (fused and hashgrid when none is)
+        nets = [v for v in ("fused", "hashgrid", "layers") if v in variants] or ["fused", "hashgrid"]
+        variants += [f"{v}-det" for v in nets if f"{v}-det" not in variants]
+        variants += [v for v in nets if v not in variants]   # the default twin, same run
     try:
         import torch
         has_torch = torch.cuda.is_available()
@@ -209,7 +212,7 @@ def main() -> None:
                               for m in net if isinstance(m, torch.nn.Linear)]
                 rows.append(run_torch(torch, net, coords, image, batch, timed, args.warmup, seed))
                 print(f"  {rows[-1]}", flush=True)
-            for kind in ("fused", "fused-det", "fused+enc", "layers", "hashgrid", "hashgrid-det"):
+            for kind in ("fused", "fused-det", "fused+enc", "layers", "layers-det", "hashgrid", "hashgrid-det"):
                 if kind in variants:
                     rows.append(run_sopt(kind, coords, image, batch, timed, args.warmup, torch_init, seed))
                     print(f"  {rows[-1]}", flush=True)
@@ -227,7 +230,7 @@ def main() -> None:
         dpsnr = f", PSNR {np.mean(ps) - np.mean([r['psnr'] for r in ref]):+.2f} dB" if ref else ""
         print(f"{name:<16} {batch:>8} {ms:>9.3f} {batch / ms / 1e3:>11.1f} "
               f"{np.mean(ps):>8.2f} ({min(ps):.2f}..{max(ps):.2f})  {speed}{dpsnr}")
-    for base in ("fused", "hashgrid"):
+    for base in ("fused", "hashgrid", "layers"):
         for batch in sorted({b for _, b in summary}):
             default, det = summary.get((f"sopt {base}", batch)), summary.get((f"sopt {base}-det", batch))
             if default and det:
