@@ -270,7 +270,8 @@ class Optimizer:
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
             self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
-        self._kernel("update", src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
+        update = "update" if check != _PASS_NONE else "update_unchecked"
+        self._kernel(update, src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
         if double:
             side_vectors = arena.side_offset(1)
             threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
@@ -283,17 +284,20 @@ class Optimizer:
             self.poll_skipped()
 
     def _kernel(self, role: str, src_side: int = 0, dst_side: int = 0) -> dev.BoundKernel:
-        """The kernel of ``role`` ("update", "stats", "scan", "restore" or "fill"), loaded and bound on first use;
-        an update or restore is bound to the arena sides it reads (``src_side``) and writes (``dst_side``)."""
+        """The kernel of ``role`` ("update", "update_unchecked", "stats", "scan", "restore" or "fill"), loaded and
+        bound on first use; an update or restore is bound to the arena sides it reads (``src_side``) and writes
+        (``dst_side``). "update_unchecked" is the update without the non-finite bookkeeping, for steps that
+        check nothing."""
         bound = self._bound.get((role, src_side, dst_side))
         if bound is None:
             module, entry = {"update": (self.kernel_module, self.kernel_entry),
+                             "update_unchecked": (self.kernel_module, f"{self.kernel_entry}_unchecked"),
                              "stats": ("optim/optimizer", "grad_stats"),
                              "scan": ("optim/optimizer", "nonfinite_scan"),
                              "restore": ("optim/optimizer", "nonfinite_restore"),
                              "fill": ("optim/optimizer", "fill")}[role]
             kernel = dev.load_kernel(module, entry)
-            sides = {"src_side": src_side, "dst_side": dst_side} if role in ("update", "restore") else {}
+            sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith(("update", "restore")) else {}
             bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides)
             self._bound[(role, src_side, dst_side)] = bound
         return bound
