@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import sopt
+from tests.optim.test_state_dict import _plain
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -92,17 +93,6 @@ def test_load_errors_name_the_problem(tmp_path):
 
 
 # -- loading is all or nothing -----------------------------------------------------------------------------------
-def _plain(value):
-    """A state_dict with arrays as lists, for == comparisons."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
-
-
 def _trained(lr=0.05):
     params = [sopt.Parameter(np.linspace(-1, 1, 6).reshape(2, 3), name="a"), sopt.Parameter(np.ones(4), name="b")]
     opt = sopt.optim.Adam(params, lr=lr, amsgrad=True)
