@@ -6,6 +6,7 @@ from typing import Any
 
 from sopt import losses, nn, optim
 from sopt.optim import lr_scheduler
+from sopt.validation import check_float, check_int
 
 
 def _fused_activation(name: Any) -> str:
@@ -63,7 +64,7 @@ def build_optimizer(config: dict[str, Any], parameters: Any) -> optim.Optimizer:
         return cls(parameters, lr=o.get("learning_rate", 1e-3), betas=(o.get("beta1", 0.9), o.get("beta2", 0.999)),
                    eps=o.get("epsilon", 1e-8), weight_decay=o.get("weight_decay", default_decay), **clip)
     return optim.SGD(parameters, lr=o.get("learning_rate", 1e-3), momentum=o.get("momentum", 0.0),
-                     nesterov=bool(o.get("nesterov", False)), weight_decay=o.get("weight_decay", 0.0), **clip)
+                     nesterov=o.get("nesterov", False), weight_decay=o.get("weight_decay", 0.0), **clip)
 
 
 def build_scheduler(config: dict[str, Any], optimizer: optim.Optimizer) -> lr_scheduler.LRScheduler | None:
@@ -71,9 +72,9 @@ def build_scheduler(config: dict[str, Any], optimizer: optim.Optimizer) -> lr_sc
     s, steps = config["schedule"], config["steps"]
     if s["otype"] == "WarmupCosine":
         lr = optimizer.param_groups[0]["lr"]
-        warmup = min(int(s.get("warmup_steps", 0)), steps - 1)
+        warmup = min(check_int(s.get("warmup_steps", 0), "schedule warmup_steps", low=0), steps - 1)
         return lr_scheduler.WarmupCosineLR(optimizer, warmup_steps=warmup, total_steps=steps,
-                                           eta_min=lr * float(s.get("final_lr_factor", 0.0)))
+                                           eta_min=lr * check_float(s.get("final_lr_factor", 0.0), "schedule final_lr_factor", low=0.0))
     if s["otype"] == "Step":
         return lr_scheduler.StepLR(optimizer, step_size=s.get("step_size", max(1, steps // 3)), gamma=s.get("gamma", 0.1))
     if s["otype"] == "Exponential":

@@ -10,7 +10,7 @@ from PIL import Image
 
 import sopt
 from problems.neural_field_image.__main__ import main
-from problems.neural_field_image.build import build_model
+from problems.neural_field_image.build import build_model, build_optimizer, build_scheduler
 from problems.neural_field_image.config import DEFAULT_CONFIG, load_config
 from sopt import device as dev
 from sopt import losses, nn
@@ -115,6 +115,18 @@ def test_problem_builds_the_configured_network() -> None:
         build_model(load_config(network={"otype": "FullyFusedMLP", "activation": "Swish"}))
     layered = build_model(load_config())
     assert isinstance(layered, nn.MLP) and len(layered.layers) == DEFAULT_CONFIG["network"]["n_hidden_layers"] + 1
+
+
+def test_problem_config_values_keep_their_types() -> None:
+    """Config values reach the optimiser and schedule unconverted, so their own checks see a string or a bool."""
+    params = [sopt.Parameter(np.zeros(3), name="w")]
+    with pytest.raises(ValueError, match="nesterov must be True or False, got 'no'"):
+        build_optimizer(load_config(optimizer={"otype": "SGD", "momentum": 0.9, "nesterov": "no"}), params)
+    opt = build_optimizer(load_config(), params)
+    with pytest.raises(ValueError, match="schedule warmup_steps must be an integer, got '5'"):
+        build_scheduler(load_config(schedule={"otype": "WarmupCosine", "warmup_steps": "5"}), opt)
+    with pytest.raises(ValueError, match="schedule final_lr_factor must be a number, got '0.1'"):
+        build_scheduler(load_config(schedule={"otype": "WarmupCosine", "final_lr_factor": "0.1"}), opt)
 
 
 def test_problem_deterministic_runs_are_bit_identical() -> None:
