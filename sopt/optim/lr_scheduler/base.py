@@ -87,10 +87,15 @@ def check_group_count(values: Any, key: str, optimizer: Any, owner: object) -> l
         raise ValueError(f"{type(owner).__name__} state_dict's {key!r} has "
                          f"{len(values) if isinstance(values, list) else repr(values)} entries, "
                          f"the optimizer has {n} param group(s)")
-    for i, v in enumerate(values):
-        if isinstance(v, (bool, np.bool_)):   # float(True) would pass
-            raise ValueError(f"{type(owner).__name__} state_dict's {key}[{i}] must be a number, got {v!r}")
     return [check_float(v, f"{type(owner).__name__} state_dict's {key}[{i}]", low=0.0) for i, v in enumerate(values)]
+
+
+def check_position(state_dict: dict[str, Any], optimizer: Any, owner: object) -> dict[str, Any]:
+    """The checked ``base_lrs``, ``last_lr``, ``last_epoch`` and ``step_count`` every schedule saves."""
+    return {"base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", optimizer, owner),
+            "last_lr": check_group_count(state_dict["last_lr"], "last_lr", optimizer, owner),
+            "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
+            "step_count": check_int(state_dict["step_count"], "step_count", low=0)}
 
 
 class LRScheduler:
@@ -195,11 +200,7 @@ class LRScheduler:
             check = self._state_checks.get(name)
             value = copy.deepcopy(state_dict[name])
             attrs[name] = check(value, name) if check is not None else value
-        return {"base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
-                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
-                "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
-                "step_count": check_int(state_dict["step_count"], "step_count", low=0),
-                "attrs": attrs}
+        return {**check_position(state_dict, self.optimizer, self), "attrs": attrs}
 
     def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
         """Write a state checked by :meth:`_check_state_dict`."""

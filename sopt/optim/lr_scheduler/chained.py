@@ -23,6 +23,22 @@ def check_children(owner: str, schedulers: Sequence[Any], optimizer: Any) -> Non
                              f"all schedulers must drive the same one")
 
 
+def check_children_states(owner: LRScheduler, schedulers: Sequence[Any], children: Any) -> list[Any]:
+    """Each child scheduler's saved state checked by that scheduler (nothing applied), ValueError naming the
+    child otherwise."""
+    name = type(owner).__name__
+    if not isinstance(children, list) or len(children) != len(schedulers):
+        raise ValueError(f"{name} state_dict holds {len(children) if isinstance(children, list) else children!r} "
+                         f"scheduler states, this {name} has {len(schedulers)} schedulers")
+    checked = []
+    for i, (scheduler, child) in enumerate(zip(schedulers, children)):
+        try:
+            checked.append(scheduler._check_state_dict(child))
+        except ValueError as exc:
+            raise ValueError(f"{name} state_dict's schedulers[{i}]: {exc}") from None
+    return checked
+
+
 class ChainedScheduler(LRScheduler):
     r"""Call every scheduler's ``step()`` in order at each step.
 
@@ -74,18 +90,7 @@ class ChainedScheduler(LRScheduler):
 
     def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
         check_state(state_dict, self, ("step_count", "base_lrs", "last_lr", "schedulers"))
-        children = state_dict["schedulers"]
-        if not isinstance(children, list) or len(children) != len(self._schedulers):
-            raise ValueError(f"ChainedScheduler state_dict holds "
-                             f"{len(children) if isinstance(children, list) else children!r} scheduler states, "
-                             f"this ChainedScheduler has {len(self._schedulers)} schedulers")
-        loaded_children = []
-        for i, (scheduler, child) in enumerate(zip(self._schedulers, children)):
-            try:
-                loaded_children.append(scheduler._check_state_dict(child))
-            except ValueError as exc:
-                raise ValueError(f"ChainedScheduler state_dict's schedulers[{i}]: {exc}") from None
-        return {"children": loaded_children,
+        return {"children": check_children_states(self, self._schedulers, state_dict["schedulers"]),
                 "base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
                 "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
                 "step_count": check_int(state_dict["step_count"], "step_count", low=0)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, check_state, per_group
+from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, per_group
 from sopt.validation import check_bool, check_choice, check_float, check_int
 
 
@@ -22,13 +22,6 @@ _PHASE_KEYS = {"start_lr": ("initial_lr", "max_lr", "min_lr"), "end_lr": ("initi
                "start_momentum": ("max_momentum", "base_momentum"), "end_momentum": ("max_momentum", "base_momentum")}
 
 
-def _check_choice(value: Any, name: str, allowed: tuple[Any, ...]) -> Any:
-    """``value`` if it is one of ``allowed`` (and of the same type: True is not 1), else ValueError."""
-    if not any(type(value) is type(a) and value == a for a in allowed):
-        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
-    return value
-
-
 def _check_phases(phases: Any, name: str) -> list[dict[str, Any]]:
     """A saved phase list: 2 or 3 dicts with a finite ``end_step`` and the group keys each phase anneals between."""
     if not isinstance(phases, list) or len(phases) not in (2, 3):
@@ -38,7 +31,7 @@ def _check_phases(phases: Any, name: str) -> list[dict[str, Any]]:
             raise ValueError(f"{name}[{i}] must be a dict with keys {sorted({'end_step', *_PHASE_KEYS})}, got {phase!r}")
         check_float(phase["end_step"], f"{name}[{i}].end_step")
         for key, allowed in _PHASE_KEYS.items():
-            _check_choice(phase[key], f"{name}[{i}].{key}", allowed)
+            check_choice(phase[key], f"{name}[{i}].{key}", allowed)
     return phases
 
 
@@ -84,9 +77,9 @@ class OneCycleLR(LRScheduler):
 
     _state_attrs = ("total_steps", "anneal_strategy", "cycle_momentum", "use_beta1", "phases")
     _state_checks = {"total_steps": lambda v, n: check_int(v, n, low=1),
-                     "anneal_strategy": lambda v, n: _check_choice(v, n, tuple(_ANNEAL)),
-                     "cycle_momentum": lambda v, n: _check_choice(v, n, (False, True)),
-                     "use_beta1": lambda v, n: _check_choice(v, n, (False, True)),
+                     "anneal_strategy": lambda v, n: check_choice(v, n, _ANNEAL),
+                     "cycle_momentum": check_bool,
+                     "use_beta1": check_bool,
                      "phases": lambda v, n: _check_phases(v, n)}
 
     def __init__(self, optimizer: Any, max_lr: float | list[float], total_steps: int | None = None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, check_state, per_group
+from sopt.optim.lr_scheduler.base import (LRScheduler, check_group_count, check_optimizer, check_position,
+                                          check_state, per_group)
 from sopt.validation import check_choice, check_float, check_int
 
 _MODES = ("min", "max")
@@ -146,10 +147,7 @@ class ReduceLROnPlateau(LRScheduler):
                  "num_bad_epochs": check_int(state_dict["num_bad_epochs"], "num_bad_epochs", low=0),
                  "min_lrs": check_group_count(state_dict["min_lrs"], "min_lrs", self.optimizer, self),
                  "best": None if best is None else check_float(best, "best")}
-        return {"base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
-                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
-                "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
-                "step_count": check_int(state_dict["step_count"], "step_count", low=0), "attrs": attrs}
+        return {**check_position(state_dict, self.optimizer, self), "attrs": attrs}
 
     def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
         for name, value in loaded["attrs"].items():

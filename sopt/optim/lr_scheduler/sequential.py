@@ -5,8 +5,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any, Sequence
 
-from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_milestones, check_state
-from sopt.optim.lr_scheduler.chained import ChainedScheduler, check_children
+from sopt.optim.lr_scheduler.base import LRScheduler, check_milestones, check_position, check_state
+from sopt.optim.lr_scheduler.chained import ChainedScheduler, check_children, check_children_states
 from sopt.validation import check_int
 
 
@@ -89,25 +89,13 @@ class SequentialLR(LRScheduler):
     def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
         check_state(state_dict, self, ("last_epoch", "step_count", "milestones", "base_lrs", "last_lr",
                                        "schedulers"))
-        children = state_dict["schedulers"]
-        if not isinstance(children, list) or len(children) != len(self._schedulers):
-            raise ValueError(f"SequentialLR state_dict holds {len(children) if isinstance(children, list) else children!r}"
-                             f" scheduler states, this SequentialLR has {len(self._schedulers)} schedulers")
         milestones = check_milestones(state_dict["milestones"], "milestones", low=1, strict=True)
         if len(milestones) != len(self._schedulers) - 1:
             raise ValueError(f"SequentialLR state_dict has milestones={milestones} for {len(self._schedulers)} "
                              f"schedulers; it needs one fewer")
-        loaded_children = []
-        for i, (scheduler, child) in enumerate(zip(self._schedulers, children)):
-            try:
-                loaded_children.append(scheduler._check_state_dict(child))
-            except ValueError as exc:
-                raise ValueError(f"SequentialLR state_dict's schedulers[{i}]: {exc}") from None
-        return {"milestones": milestones, "children": loaded_children,
-                "base_lrs": check_group_count(state_dict["base_lrs"], "base_lrs", self.optimizer, self),
-                "last_lr": check_group_count(state_dict["last_lr"], "last_lr", self.optimizer, self),
-                "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
-                "step_count": check_int(state_dict["step_count"], "step_count", low=0)}
+        return {"milestones": milestones,
+                "children": check_children_states(self, self._schedulers, state_dict["schedulers"]),
+                **check_position(state_dict, self.optimizer, self)}
 
     def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
         for scheduler, child in zip(self._schedulers, loaded["children"]):
