@@ -173,13 +173,14 @@ def compiling(what: str) -> Iterator[None]:
     if _disk_cache is not None:
         digest = hashlib.sha1(f"{_slang_sources_digest()}|{what}".encode()).hexdigest()
         marker = _disk_cache / "compiled" / digest
+    first = marker is not None and not marker.exists()
     if marker is None:
         log.info("compiling kernels for %s on %s (no disk cache)", what, device_name)
-    elif not marker.exists():
+    elif first:
         log.info("compiling kernels for %s on %s (first use; cached in %s afterwards)", what, device_name, _disk_cache)
     yield
     _compiled_here.add(what)
-    if marker is not None and not marker.exists():
+    if first:
         try:
             marker.parent.mkdir(exist_ok=True)
             marker.touch()

@@ -426,9 +426,6 @@ class Optimizer:
                     per_param[name].append(np.zeros(p.shape, np.float32))
                     continue
                 value = entry[name]
-                if np.shape(value) != p.shape:
-                    raise ValueError(f"state {name!r} of parameter {i} ({p.name!r}) has shape {np.shape(value)}, "
-                                     f"expected {p.shape}")
                 per_param[name].append(as_float32_array(value, f"state {name!r} of parameter {i} ({p.name!r})",
                                                         p.shape))
         arrays = {name: self.arena.join(values) for name, values in per_param.items()}
