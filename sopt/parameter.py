@@ -50,6 +50,7 @@ class Parameter:
         self._grads = spy.Tensor.zeros(device, self._shape, self._sides[0].dtype)
         self._diffs: list[spy.Tensor | None] = [None]
         self.owner: Any = None  # the ParameterArena holding this parameter, if any
+        self._version = 0       # bumped when the values change (load, an optimiser step): sopt.Tape's check
 
     # -- shape -----------------------------------------------------------------------------------------
     @property
@@ -104,6 +105,7 @@ class Parameter:
     def load(self, array: Any) -> None:
         """Overwrite the values with ``array`` (same shape, finite, within float32's range)."""
         self.values.copy_from_numpy(as_float32_array(array, f"{self.name} values", self._shape))
+        self._version += 1
 
     def set_grad(self, array: Any) -> None:
         """Overwrite the gradient with ``array`` (same shape, real numbers).

@@ -2,7 +2,9 @@
 slang_lib/losses/regression.slang).
 
 ``loss_fn(pred, target, encoder=None) -> LossValue``: one dispatch computes the mean loss on the GPU and
-WRITES dLoss/dpred into ``pred.grad`` (overwriting it: it seeds the backward pass). Nothing is read back;
+WRITES dLoss/dpred into ``pred.grad`` (overwriting it: it seeds the backward pass). On a ``sopt.Tape`` the
+call is recorded like any other and its value is a seed of ``tape.backward``; a second loss on the same
+prediction adds its gradient instead (the gradient of the sum). Nothing is read back;
 ``LossValue.item()`` waits for the GPU. The value's reduction order depends only on the element count
 (deterministic); see regression.slang.
 """
@@ -16,6 +18,7 @@ import slangpy as spy
 
 from sopt import device as dev
 from sopt.losses.value import LossValue, ResultRing
+from sopt.tape import current_tape
 from sopt.validation import check_float
 
 THREADS = 256        # regression.slang's THREADS
@@ -55,15 +58,27 @@ class Loss:
 
     def __call__(self, pred: spy.Tensor, target: Any, encoder: spy.CommandEncoder | None = None) -> LossValue:
         pred, target = self._check(pred, target)
+        tape = current_tape()
+        if tape is not None and encoder is not None and encoder is not tape.encoder:
+            raise ValueError(f"{self.name}: called with an encoder inside 'with tape:'; the tape records into its own")
+        accumulate = tape is not None and tape.seeded_before(pred)
         count = int(np.prod(tuple(pred.shape)))
         groups = min(MAX_GROUPS, -(-count // THREADS))
         slot, serial = self._ring.next()
         args = {"count": count, "pred_offset": pred.offset, "target_offset": target.offset,
                 "grad_offset": pred.grad.offset, "n_groups": groups, "slot": slot, "inv_count": 1.0 / count,
-                "param": self.param}
-        self._kernel.set(args=args, pred=pred.storage, target=target.storage, pred_grad=pred.grad.storage,
-                         results=self._ring.buffer).dispatch(groups * THREADS, encoder)
-        return LossValue(self._ring, slot, serial, self.name)
+                "param": self.param, "accumulate": int(accumulate)}
+        bound = self._kernel.set(args=args, pred=pred.storage, target=target.storage, pred_grad=pred.grad.storage,
+                                 results=self._ring.buffer)
+        value = LossValue(self._ring, slot, serial, self.name)
+        if tape is None:
+            bound.dispatch(groups * THREADS, encoder)
+            return value
+        # on a tape: the gradient is written now (fused with the value), so the loss is a seed of backward()
+        tape.record(self.name, lambda enc: bound.dispatch(groups * THREADS, enc), None, reads=[pred, target])
+        value._tape_pred = pred
+        tape.seed_loss(value, pred)
+        return value
 
     def value_and_grad(self, pred: Any, target: Any) -> tuple[float, np.ndarray]:
         """Host helper: the loss and dLoss/dpred for float32 numpy arrays (uploads, runs, waits, reads back)."""

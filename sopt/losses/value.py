@@ -47,6 +47,7 @@ class LossValue:
 
     def __init__(self, ring: ResultRing, slot: int, serial: int, what: str) -> None:
         self._ring, self._slot, self._serial, self._what = ring, slot, serial, what
+        self._tape_pred = None   # the prediction whose gradient it seeded, when computed on a sopt.Tape
 
     def item(self) -> float:
         """The mean loss as a Python float.
@@ -59,6 +60,10 @@ class LossValue:
             raise ValueError(f"{self._what}: the target tensor held {bad} non-finite value(s) (NaN or Inf); the loss "
                              "and the gradient written into pred.grad are not meaningful")
         return value
+
+    @property
+    def name(self) -> str:
+        return self._what
 
     def __float__(self) -> float:
         return self.item()

@@ -10,6 +10,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt.device import get_device
+from sopt.tape import current_tape, new_tensor
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy indexes tensors with 32-bit ints
 CACHED_SIZES = 4           # batch sizes a module keeps buffers for (least recently used dropped first)
@@ -85,7 +86,12 @@ class BatchBuffers:
 
     def get(self, name: str, n: int, features: int, grads: bool = False, rows: int | None = None) -> spy.Tensor:
         """The ``(n, features)`` float32 tensor ``name`` (with a zeroed gradient buffer when ``grads``); with
-        ``rows``, a ``(rows, features)`` scratch tensor kept with batch size n's buffers."""
+        ``rows``, a ``(rows, features)`` scratch tensor kept with batch size n's buffers.
+
+        While a ``sopt.Tape`` records, the tensor comes from the tape's pool instead: every recorded call
+        owns its output (a module may be called several times in one step)."""
+        if current_tape() is not None:
+            return new_tensor((n if rows is None else rows, features), grads)
         slot = self._by_n.get(n)
         if slot is None:
             slot = self._by_n[n] = {}

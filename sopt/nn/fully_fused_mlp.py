@@ -32,6 +32,7 @@ hidden_features and the padded in_features must be <= 64 (registers and groupsha
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Iterator
 
 import numpy as np
@@ -40,10 +41,12 @@ import slangpy as spy
 from sopt import device as dev
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
+from sopt.tape import current_tape, new_tensor
 from sopt.validation import check_bool, check_choice, check_int
 
 NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile
+_MAX_BOUND = 8192  # bound kernels (and forward calls) remembered: a rollout calls the network once per step
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
 _MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
@@ -142,6 +145,8 @@ class FullyFusedMLP(Module):
         self._fold_top = out_features <= 4 and hidden_layers >= 2
         self._kernels: dict[str, spy.ComputeKernel] | None = None
         self._buffers: dict[int, dict[str, spy.Tensor]] = {}
+        # (y, saved) of recent forward calls by id(y): backward finds the activations of the call it is given
+        self._calls: OrderedDict[int, tuple[spy.Tensor, spy.Tensor]] = OrderedDict()
         self._bound: dict[tuple, dev.BoundKernel] = {}
 
     # -- parameters ----------------------------------------------------------------------------------------------
@@ -212,7 +217,8 @@ class FullyFusedMLP(Module):
 
     def _batch_buffers(self, n: int) -> dict[str, spy.Tensor]:
         """Per-batch-size buffers: y (n x out), the saved pre-activations and two dL/dz scratch buffers,
-        feature-major with rows of n_pad = n rounded up to the tile size."""
+        feature-major with rows of n_pad = n rounded up to the tile size. (On a sopt.Tape, y and the saved
+        pre-activations of each call come from the tape's pool instead; see forward.)"""
         buffers = self._buffers.get(n)
         if buffers is None:
             device = dev.get_device()
@@ -244,24 +250,34 @@ class FullyFusedMLP(Module):
         return int(x.shape[0])
 
     # -- forward / backward ---------------------------------------------------------------------------------------
-    def _kernel(self, name: str, n: int, x: spy.Tensor) -> dev.BoundKernel:
-        """The bound kernel ``name`` for batch size n and input x (arguments that never change set once)."""
-        key = (name, n, id(x.storage), x.offset)
+    def _kernel(self, name: str, n: int, x: spy.Tensor, saved: spy.Tensor) -> dev.BoundKernel:
+        """The bound kernel ``name`` for batch size n, input x and saved activations (arguments that never
+        change set once)."""
+        key = (name, n, id(x.storage), x.offset, id(saved.storage), saved.offset)
         bound = self._bound.get(key)
         if bound is None:
-            if len(self._bound) > 64:
+            if len(self._bound) > _MAX_BOUND:
                 self._bound.clear()
-            b = self._batch_buffers(n)
             bound = dev.BoundKernel(self._compile()[name], mlp_x=x.storage, x_off=x.offset, n_rows=n,
-                                    n_pad=-(-n // TS) * TS, mlp_saved=b["saved"].storage,
-                                    saved_off=b["saved"].offset)
+                                    n_pad=-(-n // TS) * TS, mlp_saved=saved.storage, saved_off=saved.offset)
             self._bound[key] = bound
         return bound
 
     def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         n = self._check_input(x)
-        y, p = self._batch_buffers(n)["y"], self.params.values
-        self._kernel(f"forward_{int(self.training)}", n, x).set(
+        if current_tape() is not None:   # this call's own output and activations
+            n_pad = -(-n // TS) * TS
+            y = new_tensor((n, self.out_features))
+            saved = new_tensor((n_pad * (self.hidden_features * self.hidden_layers + self.out_features),), False)
+        else:
+            b = self._batch_buffers(n)
+            y, saved = b["y"], b["saved"]
+        self._calls[id(y)] = (y, saved)
+        self._calls.move_to_end(id(y))
+        while len(self._calls) > _MAX_BOUND:
+            self._calls.popitem(last=False)
+        p = self.params.values
+        self._kernel(f"forward_{int(self.training)}", n, x, saved).set(
             mlp_params4=p.storage, params_off=p.offset, mlp_y=y.storage, y_off=y.offset).dispatch(-(-n // TS) * NT, encoder)
         return y
 
@@ -269,9 +285,10 @@ class FullyFusedMLP(Module):
         n = self._check_input(x)
         if not self.training:
             raise ValueError("FullyFusedMLP.backward: the module is in eval mode (no saved activations); call train()")
-        b = self._buffers.get(n)
-        if b is None or y is not b["y"]:
-            raise ValueError("FullyFusedMLP.backward: y must be the tensor forward() returned for this batch size")
+        call = self._calls.get(id(y))
+        if call is None or call[0] is not y or tuple(y.shape) != (n, self.out_features):
+            raise ValueError("FullyFusedMLP.backward: y must be the tensor a recent forward() returned for this x")
+        b = self._batch_buffers(n)
         p, g = self.params.values, self.params.grad
         h, L = self.hidden_features, self.hidden_layers
         want_input_grad = x.grad_out is not None
@@ -284,7 +301,7 @@ class FullyFusedMLP(Module):
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
-        saved = b["saved"]
+        saved = call[1]
         n_pad = -(-n // TS) * TS
         for j in range(L - 1 if self._fold_top else L, -1, -1):
             dz = scratch[(j + 1) % 2]   # written by layer j + 1 (unused by the output layer)
@@ -294,7 +311,7 @@ class FullyFusedMLP(Module):
             dzp = scratch[j % 2]
             want_dx = 1 if j > 0 else int(want_input_grad)
             dx = x.grad if want_input_grad else dzp
-            self._kernel(f"backward_{j}_{want_dx}", n, x).set(
+            self._kernel(f"backward_{j}_{want_dx}", n, x, saved).set(
                 mlp_params4=p.storage, params_off=p.offset, mlp_grads=g.storage, grads_off=g.offset,
                 mlp_dy=y.grad.storage, dy_off=y.grad.offset, dy_row_stride=self.out_features, dy_col_stride=1,
                 mlp_dz=dz_storage, dz_off=dz_off, mlp_dzp=dzp.storage, dzp_off=dzp.offset,
@@ -302,7 +319,7 @@ class FullyFusedMLP(Module):
                 prev_z_row=h * (j - 1) if j > 0 else 0, n_groups=n_groups, top_param_off=self.layers[L][3],
                 top_z_row=h * L, **det_args).dispatch(n_groups * NT, encoder)
         if self.deterministic:
-            self._kernel("reduce_partials", n, x).set(
+            self._kernel("reduce_partials", n, x, saved).set(
                 mlp_grads=g.storage, grads_off=g.offset, n_groups=n_groups, n_params=self.params.size,
                 **det_args).dispatch(self.params.size, encoder)
         if own:

@@ -17,17 +17,30 @@ Contract:
 - ``in_features`` / ``out_features``: the sizes of the last dimension in and out; None for a module that
   accepts any size and preserves it (the element-wise activations).
 
+On a ``sopt.Tape`` (``with tape: y = module(x)``) each call is recorded with its own output, so a module may
+be called any number of times per step; the tape runs ``backward`` for each call in reverse.
+
 Bad input (wrong feature count, a dtype other than float32, a non-2D batch) raises ValueError naming what
 was expected and what came, before any GPU work (sopt.nn.batch.as_batch).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
+import numpy as np
 import slangpy as spy
 
+from sopt.nn.batch import as_batch
 from sopt.parameter import Parameter
+from sopt.tape import current_tape
+
+if TYPE_CHECKING:
+    from sopt.tape import Tape
+
+
+def _recorded(encoder: spy.CommandEncoder) -> None:
+    """The forward of a module call was recorded by ``forward`` itself before ``Tape.record``."""
 
 
 class Module:
@@ -46,5 +59,23 @@ class Module:
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
-    def __call__(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
-        return self.forward(x, encoder)
+    def __call__(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        """``forward(x, encoder)``; while a ``sopt.Tape`` records, the call is recorded on it (see tape_forward)."""
+        tape = current_tape()
+        if tape is None:
+            return self.forward(x, encoder)
+        if encoder is not None and encoder is not tape.encoder:
+            raise ValueError(f"{type(self).__name__}: called with an encoder inside 'with tape:'; the tape records "
+                             "into its own encoder")
+        return self.tape_forward(tape, x)
+
+    def tape_forward(self, tape: "Tape", x: Any) -> spy.Tensor:
+        """Record one call on ``tape``: ``forward`` now (its output from the tape's pool), ``backward(x, y)``
+        at ``tape.backward`` (dL/dx written into x's gradient, or redirected by the tape when x has other
+        consumers). Containers override it to record their children's calls instead."""
+        if isinstance(x, np.ndarray):
+            x = as_batch(x, self.in_features, type(self).__name__)
+        y = self.forward(x, tape.encoder)
+        tape.record(type(self).__name__, _recorded, lambda enc, redirect: self.backward(redirect[0], y, enc),
+                    reads=[x], writes=[y], write_grads=[x], params=self.parameters())
+        return y

@@ -22,7 +22,9 @@ class Sequential(Module):
     is not computed: that module gets its input without a gradient buffer.
 
     Parameters are named ``"<index>.<name>"`` (e.g. ``"0.weight"``), nested Sequentials ``"1.0.weight"``.
-    A module instance may appear only once (its output buffer would be shared).
+    A module instance may appear more than once (shared weights, listed once by ``named_parameters``) only on
+    a ``sopt.Tape``, where each call owns its output; the eager ``forward`` refuses it (the calls would share
+    one output buffer).
     ``in_features`` / ``out_features`` are those of the first / last module with a fixed feature count
     (activations preserve theirs).
     """
@@ -31,11 +33,12 @@ class Sequential(Module):
         if not modules:
             raise ValueError("Sequential needs at least one module")
         seen: set[int] = set()
+        self._repeated: int | None = None   # index of the first module instance that appears a second time
         for i, m in enumerate(modules):
             if not isinstance(m, Module):
                 raise ValueError(f"Sequential: argument {i} must be a sopt.nn Module, got {type(m).__name__}")
-            if id(m) in seen:
-                raise ValueError(f"Sequential: module {i} ({m!r}) appears twice; create a new instance instead")
+            if id(m) in seen and self._repeated is None:
+                self._repeated = i
             seen.add(id(m))
         width = None
         for i, m in enumerate(modules):
@@ -60,11 +63,19 @@ class Sequential(Module):
         return iter(self.modules)
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        seen: set[int] = set()
         for i, m in enumerate(self.modules):
+            if id(m) in seen:
+                continue   # a shared module's Parameters are listed under its first index
+            seen.add(id(m))
             for name, p in m.named_parameters():
                 yield f"{i}.{name}", p
 
     def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        if self._repeated is not None:
+            raise ValueError(f"Sequential: module {self._repeated} ({self.modules[self._repeated]!r}) appears twice, "
+                             "so outside a tape its two calls would share one output buffer; run it on a sopt.Tape "
+                             "(with tape: y = seq(x)), where every call owns its output")
         x = as_batch(x, self.in_features, "Sequential")
         trace = [x]
         for m in self.modules:
@@ -75,6 +86,13 @@ class Sequential(Module):
         while len(self._traces) > CACHED_SIZES:
             self._traces.popitem(last=False)
         return trace[-1]
+
+    def tape_forward(self, tape: Any, x: Any) -> spy.Tensor:
+        """On a tape each child's call is recorded on its own (the tape then runs their backward in reverse)."""
+        x = as_batch(x, self.in_features, "Sequential")
+        for m in self.modules:
+            x = m(x)
+        return x
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
         x = as_batch(x, self.in_features, "Sequential")
