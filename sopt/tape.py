@@ -255,11 +255,8 @@ class Tape:
         info = self._info.get(k)
         if info is None:
             info = self._info[k] = _Info()
-            info.requires_grad = t.grad_out is not None and not self._is_pool_output(t)
+            info.requires_grad = t.grad_out is not None
         return info
-
-    def _is_pool_output(self, t: spy.Tensor) -> bool:
-        return False
 
     def requires_grad(self, t: spy.Tensor) -> bool:
         """Whether a gradient can flow into ``t`` from this tape's calls' inputs: it was written by a call
@@ -473,8 +470,7 @@ class Tape:
             launch(function("tape", "tape_fill"), enc, spy.grid(tuple(flat.shape)), value, flat)
 
     def _add(self, enc: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
-        from sopt.nn.kernels import function, launch
-        launch(function("tape", "tape_add"), enc, spy.grid((_numel(dst),)), _flat(src), _flat(dst))
+        add_into(enc, src, dst)
 
     # -- submission --------------------------------------------------------------------------------------------
     def submit(self) -> None:
@@ -501,6 +497,14 @@ def _range(t: spy.Tensor) -> spy.BufferRange:
     r.offset = 4 * int(t.offset)
     r.size = 4 * _numel(t)
     return r
+
+
+def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
+    """Record ``dst += src`` (same element count, contiguous float32) into ``encoder``: one dispatch."""
+    from sopt.nn.kernels import function, launch
+    if _numel(src) != _numel(dst):
+        raise ValueError(f"add_into: {_numel(src)} elements into {_numel(dst)}")
+    launch(function("tape", "tape_add"), encoder, spy.grid((_numel(dst),)), _flat(src), _flat(dst))
 
 
 def record(name: str, forward: Callable[[spy.CommandEncoder], None],

@@ -1,0 +1,115 @@
+"""Simulator: the interface every sopt.sim simulator shares, and the recorded initial state.
+
+A simulator advances a :class:`~sopt.sim.State` (named float32 arrays, batch first) by one time step ``dt``::
+
+    sim = Projectile(x0=..., v0=..., drag=sopt.Parameter([0.1]), dt=1e-2)
+    with tape:
+        state = sim.initial_state()          # recorded: dL/dx0 reaches x0 when it is a Parameter
+        for t in range(T):
+            state = sim.step(state)          # one forward dispatch now, its adjoint at tape.backward
+        loss = sopt.losses.MSELoss()(state.x, target)
+
+or ``sopt.sim.rollout(sim, steps=T, ...)`` for long rollouts with bounded memory. Every physical parameter
+and the initial state is a :class:`~sopt.sim.Coefficient`: a constant, or a Parameter that training moves.
+``named_parameters()`` lists the trainable ones. Outside a tape each call runs (and is submitted) at once.
+
+Subclasses set ``state_names``, build their Coefficients in ``__init__`` (``self._coefficient(...)`` for
+physical ones, ``self._initial(...)`` for initial-state arrays) and implement :meth:`step` with
+:func:`sopt.tape.record` (a forward kernel and its adjoint; see slang_lib/sim/).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Iterator
+
+import numpy as np
+import slangpy as spy
+
+from sopt import tape as tp
+from sopt.parameter import Parameter
+from sopt.sim.coefficient import Coefficient
+from sopt.sim.state import State
+from sopt.validation import check_float
+
+
+class Simulator:
+    state_names: ClassVar[tuple[str, ...]]
+
+    def __init__(self, dt: float) -> None:
+        self.dt = check_float(dt, f"{type(self).__name__} dt", low=0.0, low_inclusive=False)
+        self._coefficients: dict[str, Coefficient] = {}
+        self._initials: dict[str, Coefficient] = {}
+
+    # -- coefficients ------------------------------------------------------------------------------------------
+    def _coefficient(self, name: str, value: Any, shape: tuple[int, ...], **kw: Any) -> Coefficient:
+        c = Coefficient(value, f"{type(self).__name__} {name}", shape, **kw)
+        self._coefficients[name] = c
+        return c
+
+    def _initial(self, name: str, value: Any, shape: tuple[int, ...], **kw: Any) -> Coefficient:
+        c = Coefficient(value, f"{type(self).__name__} initial {name}", shape, shareable=False, **kw)
+        self._initials[name] = c
+        return c
+
+    def coefficient(self, name: str) -> Coefficient:
+        return {**self._coefficients, **{f"{k}0": v for k, v in self._initials.items()}}[name]
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        """Trainable quantities: physical ones by name (``"drag"``), initial-state arrays as ``"x0"``, ``"v0"``."""
+        seen: set[int] = set()
+        for name, c in list(self._coefficients.items()) + [(f"{k}0", v) for k, v in self._initials.items()]:
+            if c.parameter is not None and id(c.parameter) not in seen:
+                seen.add(id(c.parameter))
+                yield name, c.parameter
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    # -- states ------------------------------------------------------------------------------------------------
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: self._initials[name].shape for name in self.state_names}
+
+    def new_state(self) -> State:
+        """Arrays for a step's output (from the recording tape's pool, else new), with gradient buffers."""
+        return State(**{name: tp.new_tensor(shape) for name, shape in self.state_shapes().items()})
+
+    def check_state(self, state: Any, who: str) -> State:
+        """``state`` as this simulator's State, else ValueError naming the array, its shape and the expected one."""
+        if not isinstance(state, State):
+            raise ValueError(f"{who}: expected a sopt.sim.State, got {type(state).__name__}")
+        for name, shape in self.state_shapes().items():
+            if name not in state.names():
+                raise ValueError(f"{who}: the state has no array {name!r} (it has {', '.join(state.names())})")
+            t = state[name]
+            if tuple(t.shape) != shape or str(t.dtype.full_name) != "float":
+                raise ValueError(f"{who}: state array {name!r} has shape {tuple(t.shape)} and dtype "
+                                 f"{t.dtype.full_name}, expected float32 of shape {shape}")
+        return state
+
+    def initial_state(self) -> State:
+        """The initial state as new arrays; on a tape, their gradients flow into initial-state Parameters."""
+        out = self.new_state()
+        sources = [(self._initials[name], out[name]) for name in self.state_names]
+
+        def forward(enc: spy.CommandEncoder) -> None:
+            for c, t in sources:
+                v = c.values
+                enc.copy_buffer(t.storage, 4 * t.offset, v.storage, 4 * v.offset, 4 * int(np.prod(c.shape)))
+
+        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
+            for c, t in sources:
+                if c.parameter is not None:
+                    tp.add_into(enc, t.grad, c.parameter.grad)
+
+        params = [c.parameter for c, _ in sources if c.parameter is not None]
+        tp.record(f"{type(self).__name__}.initial_state", forward, backward if params else None,
+                  writes=out.arrays(), params=params)
+        return out
+
+    def step(self, state: State, control: spy.Tensor | None = None) -> State:
+        """The state one ``dt`` later (new arrays); ``control``: per-step inputs where the simulator takes them."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v.shape if v.shape != (1,) else float(v.numpy()[0]):}" for k, v in self._coefficients.items())
+        return f"{type(self).__name__}({inner}, dt={self.dt})"
