@@ -434,12 +434,12 @@ class Tape:
         enc = self.encoder
         for t, info in zip(node.writes, outs):
             if not info.grad_ready and t.grad_out is not None:
-                enc.clear_buffer(t.grad.storage, _range(t.grad))
+                clear(enc, t.grad)
                 info.grad_ready = True
         for t in node.add_grads:
             info = self._info_of(t)
             if info.requires_grad and not info.grad_ready:
-                enc.clear_buffer(t.grad.storage, _range(t.grad))
+                clear(enc, t.grad)
                 info.grad_ready = True
         redirect: dict[int, spy.Tensor] = {}
         pending: list[tuple[spy.Tensor, spy.Tensor]] = []
@@ -492,11 +492,13 @@ def _numel(t: spy.Tensor) -> int:
     return int(np.prod(tuple(t.shape)))
 
 
-def _range(t: spy.Tensor) -> spy.BufferRange:
-    r = spy.BufferRange()
-    r.offset = 4 * int(t.offset)
-    r.size = 4 * _numel(t)
-    return r
+def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:
+    """Record ``t = 0``: a buffer clear when ``t`` is its whole buffer (pool arrays), else a fill dispatch."""
+    if int(t.offset) == 0 and 4 * _numel(t) == int(t.storage.size):
+        encoder.clear_buffer(t.storage)
+        return
+    from sopt.nn.kernels import function, launch
+    launch(function("tape", "tape_fill"), encoder, spy.grid((_numel(t),)), 0.0, _flat(t))
 
 
 def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
