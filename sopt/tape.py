@@ -316,9 +316,14 @@ class Tape:
         return node
 
     def seed_loss(self, value: Any, pred: spy.Tensor) -> None:
-        """Called by a loss whose kernel wrote dLoss/dpred into ``pred.grad`` during the forward."""
+        """Declare ``value`` a loss whose kernel wrote dLoss/dpred into ``pred.grad`` during the forward (sopt's
+        losses call it; so does the Trainer for a loss following the pre-tape contract)."""
         self._seeded.append(value)
         self._info_of(pred).grad_ready = True
+
+    def is_seed(self, value: Any) -> bool:
+        """Whether ``value`` was declared a loss on this tape (:meth:`seed_loss`)."""
+        return any(value is s for s in self._seeded)
 
     def seeded_before(self, pred: spy.Tensor) -> bool:
         """Whether a loss already wrote into ``pred.grad`` on this tape (a second loss must add)."""
@@ -350,14 +355,11 @@ class Tape:
         for i, item in enumerate(losses):
             if isinstance(item, spy.Tensor):
                 seeds.append((item, 1.0))
-            elif getattr(item, "_tape_pred", None) is not None:
+            elif any(item is s for s in self._seeded):
                 loss_values.append(item)
             else:
-                raise TapeError(f"backward: loss[{i}] must be a sopt loss value or a float32 tensor recorded on this "
-                                f"tape, got {type(item).__name__}")
-        for v in loss_values:
-            if not any(v is s for s in self._seeded):
-                raise TapeError(f"backward: the {getattr(v, 'name', 'loss')} value given was not computed on this tape")
+                raise TapeError(f"backward: loss[{i}] must be a loss value computed on this tape or a float32 "
+                                f"tensor, got {type(item).__name__} (not computed on this tape)")
         missing = [s for s in self._seeded if not any(s is v for v in loss_values)]
         if missing:
             raise TapeError(f"backward: this tape recorded {len(self._seeded)} loss(es) but {len(missing)} of them "

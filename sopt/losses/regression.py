@@ -76,7 +76,6 @@ class Loss:
             return value
         # on a tape: the gradient is written now (fused with the value), so the loss is a seed of backward()
         tape.record(self.name, lambda enc: bound.dispatch(groups * THREADS, enc), None, reads=[pred, target])
-        value._tape_pred = pred
         tape.seed_loss(value, pred)
         return value
 

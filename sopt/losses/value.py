@@ -47,7 +47,6 @@ class LossValue:
 
     def __init__(self, ring: ResultRing, slot: int, serial: int, what: str) -> None:
         self._ring, self._slot, self._serial, self._what = ring, slot, serial, what
-        self._tape_pred = None   # the prediction whose gradient it seeded, when computed on a sopt.Tape
 
     def item(self) -> float:
         """The mean loss as a Python float.

@@ -74,7 +74,7 @@ class Module:
         at ``tape.backward`` (dL/dx written into x's gradient, or redirected by the tape when x has other
         consumers). Containers override it to record their children's calls instead."""
         if isinstance(x, np.ndarray):
-            x = as_batch(x, self.in_features, type(self).__name__)
+            x = as_batch(x, getattr(self, "in_features", None), type(self).__name__)
         y = self.forward(x, tape.encoder)
         tape.record(type(self).__name__, _recorded, lambda enc, redirect: self.backward(redirect[0], y, enc),
                     reads=[x], writes=[y], write_grads=[x], params=self.parameters())

@@ -7,7 +7,7 @@ from sopt.train.checkpointing import Checkpoint
 from sopt.train.early_stopping import EarlyStopping
 from sopt.train.evaluate import Evaluate
 from sopt.train.jsonl_logger import JSONLLogger
-from sopt.train.trainer import NonFiniteError, Trainer, TrainResult
+from sopt.train.trainer import NonFiniteError, SupervisedObjective, Trainer, TrainResult, loss_scalar
 
 __all__ = ["Batch", "BatchSampler", "Callback", "Checkpoint", "EarlyStopping", "Evaluate", "JSONLLogger",
-           "NonFiniteError", "TrainResult", "Trainer"]
+           "NonFiniteError", "SupervisedObjective", "TrainResult", "Trainer", "loss_scalar"]

@@ -32,11 +32,11 @@ class Checkpoint(Callback):
         self.path = check_path(path, "Checkpoint path")
 
     def on_metrics(self, trainer: "Trainer", metrics: dict[str, Any]) -> None:
-        for p in parameters_of(trainer.model):
+        for p in parameters_of(trainer.parameters):
             values = p.numpy()
             if not np.isfinite(values).all():
                 raise trainer._nonfinite(f"parameter {p.name!r} holds {int((~np.isfinite(values)).sum())} "
                                          "non-finite value(s); the checkpoint was not written")
-        checkpoint.save(self.path, parameters=trainer.model, optimizer=trainer.optimizer,
+        checkpoint.save(self.path, parameters=trainer.parameters, optimizer=trainer.optimizer,
                         scheduler=trainer.scheduler, extra={"step": trainer.step, "metrics": dict(metrics)})
         trainer.last_checkpoint = (self.path, trainer.step)

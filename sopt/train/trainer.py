@@ -1,20 +1,28 @@
 """Trainer: the training loop, one command buffer per step, the host waiting for the GPU only to read metrics.
 
-A step records into one command encoder, then submits it without waiting::
+A training step is an **objective** ``objective(tape, step) -> loss`` recorded on a :class:`sopt.Tape`; the
+Trainer then records the backward and the optimiser's step into the same encoder and submits once::
 
-    batch = sampler.sample(step, encoder)            # draw (inputs, targets) on the GPU
-    y     = model.forward(batch.inputs, encoder)     # y.grad is y's gradient buffer
-    loss  = loss_fn(y, batch.targets, encoder)       # reduces the loss and writes dLoss/dy into y.grad
-    model.backward(batch.inputs, y, encoder)         # accumulates dLoss/dparam (layers in reverse order)
-    optimizer.step(encoder)                          # updates, and zeroes every gradient (zero-on-step)
-    sopt.device.submit(encoder)
+    with tape:                                       # one Tape, reused step after step (its arrays too)
+        loss = objective(tape, step)                 # forward calls: modules, losses, simulator steps, ...
+    tape.backward(loss)                              # every call's backward, in reverse; dLoss/dparam accumulate
+    optimizer.step(tape.encoder)                     # updates, and zeroes every gradient (zero-on-step)
+    tape.submit()
     scheduler.step()                                 # host-side learning-rate change for the next step
 
-The model is anything following the Module contract (``forward``, ``backward``, ``parameters``), the
-sampler anything with ``sample(step, encoder) -> (inputs, targets)`` (:class:`~sopt.train.BatchSampler`
-draws random rows of a dataset), the loss anything with ``loss_fn(pred, target, encoder) -> value`` whose
-``value.item()`` reads the scalar. Only on metrics steps (see :mod:`sopt.train.callback`) does the host wait
-for the GPU: it reads the loss, stops on a non-finite one, and runs the callbacks.
+``Trainer(model, loss_fn, optimizer, sampler)`` is the supervised objective (:class:`SupervisedObjective`:
+sample a batch on the GPU, ``model(inputs)``, ``loss_fn(pred, targets)``); ``Trainer(objective=fn,
+optimizer=opt)`` takes any other, e.g. a physics fit::
+
+    def objective(tape, step):
+        state = sim.initial_state()
+        for t in range(T):
+            state = sim.step(state)
+        return MSELoss()(state.x, observed)
+
+The loss is a sopt loss value, a float32 array (its sum is minimised), or a list of those (their sum). Only on
+metrics steps (see :mod:`sopt.train.callback`) does the host wait for the GPU: it reads the loss (and whatever
+the step put in ``tape.metrics``), stops on a non-finite one, and runs the callbacks.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ import math
 import time
 from typing import Any, Iterable
 
+import numpy as np
 import slangpy as spy
 from tqdm.auto import tqdm
 
 from sopt import checkpoint
-from sopt import device as dev
+from sopt.nn.module import Module
+from sopt.parameter import parameters_of
+from sopt.tape import Tape
 from sopt.train.callback import Callback
 from sopt.train.checkpointing import Checkpoint
 from sopt.validation import check_bool, check_int
@@ -100,14 +111,76 @@ def _check_batch_tensor(value: Any, name: str) -> spy.Tensor:
     return value
 
 
+class SupervisedObjective:
+    """The supervised step as an objective: ``loss_fn(model(inputs), targets)`` on ``sampler.sample(step)``.
+
+    ``model``: a Module (called on the tape); ``loss_fn(pred, target) -> value``; ``sampler.sample(step,
+    encoder) -> (inputs, targets)`` (float32 tensors; the batch of step s is the same in a resumed run).
+    """
+
+    def __init__(self, model: Any, loss_fn: Any, sampler: Any) -> None:
+        _require(model, "model", ("forward", "backward", "parameters"),
+                 "a Module: forward(x, encoder) -> y, backward(x, y, encoder), parameters()")
+        if not callable(model):
+            raise ValueError(f"model must be callable as model(x) (a sopt.nn Module), got {type(model).__name__}")
+        if not callable(loss_fn):
+            raise ValueError(f"loss_fn must be callable as loss_fn(pred, target, encoder), got {type(loss_fn).__name__}")
+        _require(sampler, "sampler", ("sample",), "a sampler with sample(step, encoder) -> (inputs, targets)")
+        self.model, self.loss_fn, self.sampler = model, loss_fn, sampler
+        self._batch_checked = False
+
+    def __call__(self, tape: Tape, step: int) -> Any:
+        batch = self.sampler.sample(step, tape.encoder)
+        try:
+            inputs, targets = batch
+        except (TypeError, ValueError):
+            raise ValueError(f"sampler.sample must return a pair (inputs, targets), got {type(batch).__name__}") from None
+        if not self._batch_checked:
+            _check_batch_tensor(inputs, "inputs")
+            _check_batch_tensor(targets, "targets")
+            self._batch_checked = True
+        # a sopt Module records itself; any other object with the Module contract is recorded the same way
+        pred = self.model(inputs) if isinstance(self.model, Module) else Module.tape_forward(self.model, tape, inputs)
+        value = self.loss_fn(pred, targets, tape.encoder)
+        if not tape.is_seed(value):   # a loss of the plain contract: it wrote dLoss/dpred in the encoder
+            tape.seed_loss(value, pred)
+        return value
+
+
+def loss_scalar(loss: Any) -> float:
+    """The value of an objective's loss (waits for the GPU): ``item()`` of a loss value, the sum of an array's
+    elements, the sum over a list."""
+    if isinstance(loss, (list, tuple)):
+        return float(sum(loss_scalar(item) for item in loss))
+    if isinstance(loss, spy.Tensor):
+        return float(np.sum(loss.to_numpy().astype(np.float64)))
+    return float(loss.item())
+
+
+def _metric_value(value: Any) -> Any:
+    """A ``tape.metrics`` entry as a JSON-friendly value (arrays read from the GPU)."""
+    if isinstance(value, spy.Tensor):
+        value = value.to_numpy()
+    if isinstance(value, np.ndarray):
+        return float(value) if value.size == 1 else [float(v) for v in value.ravel()]
+    if hasattr(value, "item") and callable(value.item):
+        return float(value.item())
+    return value
+
+
 class Trainer:
-    """Drives ``model`` to minimise ``loss_fn`` on batches from ``sampler`` with ``optimizer``.
+    """Minimises an objective with ``optimizer``: ``Trainer(model, loss_fn, optimizer, sampler)`` (supervised) or
+    ``Trainer(objective=fn, optimizer=opt)`` (any objective(tape, step) -> loss; see the module docstring).
 
     Args:
-        model: ``forward(x, encoder) -> y`` (y with ``y.grad``), ``backward(x, y, encoder)``, ``parameters()``.
-        loss_fn: ``loss_fn(y, target, encoder) -> value``; writes dLoss/dy into ``y.grad``; ``value.item()``.
+        model: a Module (``model(x)`` on the tape, ``parameters()``); with ``loss_fn`` and ``sampler``.
+        loss_fn: ``loss_fn(y, target) -> value``; writes dLoss/dy into ``y.grad``; ``value.item()``.
         optimizer: a :class:`sopt.optim.Optimizer` (``step(encoder)``, zeroing gradients as it steps).
         sampler: ``sample(step, encoder) -> (inputs, targets)``, float32 tensors; e.g. a BatchSampler.
+        objective: instead of model/loss_fn/sampler, ``objective(tape, step) -> loss`` (a sopt loss value, a
+            float32 array whose sum is the loss, or a list of those).
+        parameters: what checkpoints save and :meth:`restore` loads (a Module, Parameters, or a name ->
+            Parameter dict); default the model, or for an objective the optimiser's parameters.
         scheduler: optional learning-rate scheduler, ``step()`` called after every optimiser step; one whose
             ``step`` takes a metric (ReduceLROnPlateau) is stepped on metrics steps with
             ``metrics[scheduler_metric]`` instead (its patience then counts metrics steps).
@@ -120,15 +193,29 @@ class Trainer:
     resumed from a checkpoint (:meth:`restore`) draws the same batches as one that never stopped.
     """
 
-    def __init__(self, model: Any, loss_fn: Any, optimizer: Any, sampler: Any, *, scheduler: Any = None,
+    def __init__(self, model: Any = None, loss_fn: Any = None, optimizer: Any = None, sampler: Any = None, *,
+                 objective: Any = None, parameters: Any = None, scheduler: Any = None,
                  scheduler_metric: str = "loss", callbacks: Iterable[Callback] = (), log_every: int = 100,
                  progress: bool = True) -> None:
-        _require(model, "model", ("forward", "backward", "parameters"),
-                 "a Module: forward(x, encoder) -> y, backward(x, y, encoder), parameters()")
-        if not callable(loss_fn):
-            raise ValueError(f"loss_fn must be callable as loss_fn(pred, target, encoder), got {type(loss_fn).__name__}")
+        if objective is not None:
+            given = [n for n, v in (("model", model), ("loss_fn", loss_fn), ("sampler", sampler)) if v is not None]
+            if given:
+                raise ValueError(f"Trainer: give either objective= or model, loss_fn and sampler, not both (got "
+                                 f"objective and {', '.join(given)})")
+            if not callable(objective):
+                raise ValueError(f"objective must be callable as objective(tape, step) -> loss, got "
+                                 f"{type(objective).__name__}")
+        else:
+            if model is None or loss_fn is None or sampler is None:
+                raise ValueError("Trainer needs model, loss_fn, optimizer and sampler (supervised), or "
+                                 "objective=fn(tape, step) -> loss and optimizer=")
+            objective = SupervisedObjective(model, loss_fn, sampler)
         _require(optimizer, "optimizer", ("step",), "an optimiser with step(encoder)")
-        _require(sampler, "sampler", ("sample",), "a sampler with sample(step, encoder) -> (inputs, targets)")
+        if parameters is None:
+            parameters = model if model is not None else [p for g in getattr(optimizer, "param_groups", [])
+                                                            for p in g["params"]]
+        elif model is None:
+            parameters_of(parameters)   # checked now: ValueError for anything that is not Parameters
         if scheduler is not None:
             _require(scheduler, "scheduler", ("step",), "a learning-rate scheduler with step()")
         if not isinstance(scheduler_metric, str) or not scheduler_metric:
@@ -140,6 +227,8 @@ class Trainer:
             if not isinstance(cb, Callback):
                 raise ValueError(f"callbacks[{i}] must be a sopt.train.Callback, got {type(cb).__name__}")
         self.model, self.loss_fn, self.optimizer, self.sampler = model, loss_fn, optimizer, sampler
+        self.objective, self.parameters = objective, parameters
+        self.tape = Tape()
         self.scheduler = scheduler
         self._scheduler_on_metrics = scheduler is not None and _step_takes_metric(scheduler)
         if self._scheduler_on_metrics:
@@ -150,31 +239,22 @@ class Trainer:
         self.step = 0
         self.last_checkpoint: tuple[str, int] | None = None  # set by the Checkpoint callback
         self._stop_reason: str | None = None
-        self._batch_checked = False
         self._last_finite: tuple[int, float] | None = None
 
     # -- one step ---------------------------------------------------------------------------------------------
     def train_step(self) -> Any:
-        """Record one step into one command buffer and submit it; returns the loss value (not read).
+        """Record one step (objective, backward, optimiser step) into one command buffer and submit it;
+        returns the loss (not read).
 
-        Nothing is submitted before the whole step is recorded, so a sampler returning the wrong kind of
-        batch is reported (ValueError) before the GPU runs anything of this step.
+        Nothing is submitted before the whole step is recorded, so an objective that fails (a sampler
+        returning the wrong kind of batch, a bad shape) raises before the GPU runs anything of this step.
         """
-        encoder = dev.get_device().create_command_encoder()
-        batch = self.sampler.sample(self.step, encoder)
-        try:
-            inputs, targets = batch
-        except (TypeError, ValueError):
-            raise ValueError(f"sampler.sample must return a pair (inputs, targets), got {type(batch).__name__}") from None
-        if not self._batch_checked:
-            _check_batch_tensor(inputs, "inputs")
-            _check_batch_tensor(targets, "targets")
-            self._batch_checked = True
-        pred = self.model.forward(inputs, encoder)
-        loss = self.loss_fn(pred, targets, encoder)
-        self.model.backward(inputs, pred, encoder)
-        self.optimizer.step(encoder)
-        dev.submit(encoder)
+        tape = self.tape
+        with tape:
+            loss = self.objective(tape, self.step)
+        tape.backward(loss)
+        self.optimizer.step(tape.encoder)
+        tape.submit()
         if self.scheduler is not None and not self._scheduler_on_metrics:
             self.scheduler.step()
         self.step += 1
@@ -208,12 +288,14 @@ class Trainer:
                               self.step, self.last_checkpoint)
 
     def _read_metrics(self, loss_value: Any, since: tuple[int, float], start: float) -> dict[str, Any]:
-        loss = float(loss_value.item())  # waits for the GPU
+        loss = loss_scalar(loss_value)  # waits for the GPU
         now = time.perf_counter()
         if not math.isfinite(loss):
             raise self._nonfinite(f"the loss is {loss}")
         self._last_finite = (self.step, loss)
         metrics: dict[str, Any] = {"step": self.step, "loss": loss}
+        for name, value in self.tape.metrics.items():   # e.g. a rollout's gradient norms
+            metrics[name] = _metric_value(value)
         groups = getattr(self.optimizer, "param_groups", None)
         if groups:
             metrics["lr"] = float(groups[0]["lr"])
@@ -289,7 +371,7 @@ class Trainer:
     def restore(self, path: str) -> dict[str, Any]:
         """Load a checkpoint written by :class:`~sopt.train.Checkpoint` into the model, optimiser and scheduler
         and continue from its step; returns the checkpoint's ``extra`` (``step``, ``metrics``)."""
-        extra = checkpoint.load(path, parameters=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+        extra = checkpoint.load(path, parameters=self.parameters, optimizer=self.optimizer, scheduler=self.scheduler)
         if not isinstance(extra, dict) or "step" not in extra:
             raise ValueError(f"checkpoint {str(path)!r} was not written by sopt.train.Checkpoint (no 'step' in extra)")
         self.step = int(extra["step"])

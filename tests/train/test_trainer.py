@@ -32,6 +32,7 @@ class _Recorder:
         self.x = spy.Tensor.zeros(device, (4, 2), "float")
         self.t = spy.Tensor.zeros(device, (4, 3), "float")
         self.y = spy.Tensor.zeros(device, (4, 3), "float").with_grads(zero=True)
+        self.p = sopt.Parameter([0.0])
         self.param_groups = [{"lr": 0.5}]
 
     # sampler
@@ -46,11 +47,11 @@ class _Recorder:
         return self.y
 
     def backward(self, x: Any, y: Any, encoder: Any) -> None:
-        assert x is self.x and y is self.y
+        assert x.storage is self.x.storage and y is self.y   # x without a gradient buffer: the tape passes it detached
         self.events.append(("backward", encoder))
 
     def parameters(self) -> list:
-        return []
+        return [self.p]   # a model with parameters: the tape runs its backward
 
     # loss
     def __call__(self, pred: Any, target: Any, encoder: Any) -> Any:
