@@ -161,6 +161,7 @@ class _Node:
     add_grads: list[spy.Tensor]           # arrays whose gradient the backward adds into
     write_grads: list[spy.Tensor]         # arrays whose gradient the backward overwrites (sopt.nn modules' dL/dx)
     params: list[tuple[Parameter, int]]   # Parameters read, with their version at record time
+    always: bool = False                  # a probe: its backward runs even when no gradient flows through it
     saved: list[tuple[tuple[int, int], int, spy.Tensor]] = field(default_factory=list)
 
 
@@ -270,7 +271,7 @@ class Tape:
                backward: Callable[[spy.CommandEncoder, dict[int, spy.Tensor]], None] | None, *,
                reads: Iterable[spy.Tensor] = (), writes: Iterable[spy.Tensor] = (),
                add_grads: Iterable[spy.Tensor] = (), write_grads: Iterable[spy.Tensor] = (),
-               params: Iterable[Parameter] = ()) -> _Node:
+               params: Iterable[Parameter] = (), always: bool = False) -> _Node:
         """Record one call: ``forward(encoder)`` now, ``backward(encoder, redirect)`` at :meth:`backward`.
 
         - ``reads``: arrays the backward reads (their versions are saved: a later write raises TapeError);
@@ -282,7 +283,9 @@ class Tape:
           there, the tape passes ``redirect[i]`` (i = position in ``write_grads``), the same array with a
           scratch gradient, and adds the scratch in afterwards; an entry that needs no gradient is
           redirected to the array detached (no gradient buffer: the backward must then skip dL/dx);
-        - ``params``: Parameters read (the backward adds into their ``.grad``).
+        - ``params``: Parameters read (the backward adds into their ``.grad``);
+        - ``always``: a probe (e.g. a gradient-norm reading of ``reads``): its backward runs at its place in the
+          reverse order whatever flowed, with the gradients of ``reads`` initialised (zero where nothing flowed).
         """
         if not self._recording:
             raise TapeError(f"{name}: the tape is not recording; record inside 'with tape:'")
@@ -290,7 +293,7 @@ class Tape:
         add_grads, write_grads = list(add_grads), list(write_grads)
         params = list(params)
         node = _Node(len(self.nodes), name, backward, writes, add_grads, write_grads,
-                     [(p, p._version) for p in params])
+                     [(p, p._version) for p in params], always)
         for t in writes:   # a write into an array a call saved for its backward spoils that backward
             info = self._info_of(t)
             if info.saved_by is not None:
@@ -331,14 +334,15 @@ class Tape:
         return info is not None and info.grad_ready
 
     # -- backward ----------------------------------------------------------------------------------------------
-    def backward(self, loss: Any = None, grads: dict[Any, Any] | None = None) -> None:
+    def backward(self, loss: Any = None, grads: Any = None) -> None:
         """Record the backward of every recorded call, in reverse, into ``self.encoder`` (not submitted).
 
         ``loss``: a sopt loss's value (its gradient was written when it was computed), a float32 array whose
         elements are summed (every element's gradient seeded with 1, as torch's ``backward()`` of a sum or
         Warp's ``tape.backward(loss)``), or a list of those (their sum). Every sopt loss recorded on this tape
-        must be among them. ``grads``: ``{array: dL/darray}`` seeds (numpy arrays or tensors of its shape), as
-        ``torch.autograd.backward(tensors, grad_tensors)``.
+        must be among them. ``grads``: ``{array: dL/darray}`` seeds (numpy arrays, tensors of its shape or
+        numbers), as ``torch.autograd.backward(tensors, grad_tensors)``; also a list of (array, gradient)
+        pairs, where seeds of the same array add up.
 
         Everything is checked before anything is recorded: a saved array overwritten since (TapeError), a
         Parameter changed since its call, a seed of the wrong shape.
@@ -366,7 +370,7 @@ class Tape:
                             f"({', '.join(getattr(m, 'name', 'loss') for m in missing)}) is not among those given; a "
                             "sopt loss writes its gradient when computed, so pass every one: tape.backward([l1, l2]) "
                             "differentiates their sum")
-        for t, g in (grads or {}).items():
+        for t, g in (grads.items() if isinstance(grads, dict) else (grads or [])):
             if not isinstance(t, spy.Tensor):
                 raise TapeError(f"backward: grads keys must be tensors recorded on this tape, got {type(t).__name__}")
             seeds.append((t, g))
@@ -424,8 +428,22 @@ class Tape:
                                     f"after {node.name} (call #{node.index}) read it and before backward(); "
                                     "record the optimiser's step after backward()")
 
+    def grad(self, t: spy.Tensor) -> spy.Tensor:
+        """``t.grad`` during or after :meth:`backward`, zeroed first (recorded) when no gradient reached ``t``."""
+        info = self._info_of(t)
+        if not info.grad_ready:
+            clear(self.encoder, t.grad)
+            info.grad_ready = True
+        return t.grad
+
     def _backward_node(self, node: _Node) -> None:
         if node.backward is None:
+            return
+        if node.always:
+            for _, _, t in node.saved:
+                if t.grad_out is not None:
+                    self.grad(t)
+            node.backward(self.encoder, {})
             return
         wants = bool(node.params) or any(self._info_of(t).requires_grad for t in node.add_grads + node.write_grads)
         if not wants:
