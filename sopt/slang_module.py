@@ -9,11 +9,11 @@
     tape.backward(...)                                  # .bwds of every call, in reverse: damping.grad += ...
 
 Arguments are what SlangPy takes (tensors, numbers, vectors) plus :class:`sopt.Parameter` (passed as its
-values with its gradient attached) and float32-convertible numpy arrays (uploaded). On a tape, the result is a
-new float32 array from the tape's pool, of shape ``call shape + element shape`` (a ``float2`` result of a call
-over N rows is (N, 2)): the function must return ``float``, ``floatN`` or ``floatRxC`` and write nothing else
-(its backward is SlangPy's ``.bwds``, which re-runs the primal). Outside a tape the call runs at once and
-returns what SlangPy returns.
+values with its gradient attached) and float32-convertible numpy arrays (uploaded). The result is a new float32
+array (with a gradient buffer) of shape ``call shape + element shape`` (a ``float2`` result of a call over N
+rows is (N, 2)), from the tape's pool on a tape: the function must return ``float``, ``floatN`` or
+``floatRxC`` and write nothing else (its backward is SlangPy's ``.bwds``, which re-runs the primal). Outside a
+tape the call runs at once (``_result=`` may then name the output).
 
 Slang's autodiff caveat (SlangPy 0.43): loops in a ``[Differentiable]`` function need ``[ForceUnroll]`` or
 ``[MaxIters(n)]``, and a tensor load inside a loop with a run-time bound hangs ``.bwds``; use compile-time
@@ -57,7 +57,11 @@ class SlangFunction:
         tape = current_tape()
         if tape is None:
             dev.count_dispatch()
-            return self._func(*args, **kwargs)
+            if "_result" in kwargs:
+                return self._func(*args, **kwargs)
+            out = new_tensor(self._result_shape(label, args, kwargs))
+            self._func(*args, _result=out, **kwargs)
+            return out
         if "_result" in kwargs:
             raise TapeError(f"{label}: on a tape the result is allocated by the tape (don't pass _result); every call "
                             "writes a new array so that no saved value is overwritten")

@@ -52,6 +52,7 @@ class GradcheckResult:
     eps: float = 1e-3
     atol: float = 1e-3
     rtol: float = 1e-2
+    worst_by_parameter: dict[str, float] = field(default_factory=dict)   # name -> worst rel error (objectives)
 
     @property
     def failures(self) -> list[GradcheckEntry]:
@@ -62,6 +63,9 @@ class GradcheckResult:
                 f"{len(self.failures)} failed (eps={self.eps:g}, atol={self.atol:g}, rtol={self.rtol:g}); "
                 f"max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}")
         lines = [head]
+        if self.worst_by_parameter:
+            lines.append("  worst rel error per parameter: " + ", ".join(f"{k} {v:.3g}" for k, v in
+                                                                        self.worst_by_parameter.items()))
         if self.worst is not None:
             lines.append(f"  worst: {self.worst}")
         lines += [f"  {e}" for e in self.failures[:10] if e is not self.worst]
@@ -78,10 +82,12 @@ class GradcheckError(AssertionError):
         self.result = result
 
 
-def gradcheck(module: Module, x: Any, eps: float = 1e-3, atol: float = 1e-3, rtol: float = 1e-2,
+def gradcheck(module: Any, x: Any = None, eps: float = 1e-3, atol: float = 1e-3, rtol: float = 1e-2,
               n_checks: int = 12, seed: int = 0, check_inputs: bool = True, check_params: bool = True,
               raise_on_fail: bool = False) -> GradcheckResult:
-    """Compare ``module``'s backward pass with central differences at ``x`` (N, in_features).
+    """Compare ``module``'s backward pass with central differences at ``x`` (N, in_features); or, given a tape
+    objective and its Parameters (``gradcheck(objective, params)``), the tape's gradients of the objective's
+    loss (see :func:`gradcheck_objective`).
 
     ``n_checks`` coordinates are checked per tensor (the input, each parameter): half drawn among those
     with a non-zero analytic gradient (a hash grid table's gradient is mostly zero), the rest uniformly;
@@ -89,6 +95,11 @@ def gradcheck(module: Module, x: Any, eps: float = 1e-3, atol: float = 1e-3, rto
     Returns a :class:`GradcheckResult`; raises :class:`GradcheckError` on failure only when
     ``raise_on_fail``. Waits for the GPU (two forward passes per check).
     """
+    if not isinstance(module, Module) and callable(module):
+        return gradcheck_objective(module, x, eps=eps, atol=atol, rtol=rtol, n_checks=n_checks, seed=seed,
+                                   raise_on_fail=raise_on_fail)
+    if x is None:
+        raise ValueError("gradcheck(module, x): x (a batch of inputs) is missing")
     eps = check_float(eps, "eps", low=0.0, low_inclusive=False)
     atol = check_float(atol, "atol", low=0.0)
     rtol = check_float(rtol, "rtol", low=0.0)
@@ -164,3 +175,65 @@ def _summarise(entries: list[GradcheckEntry], eps: float, atol: float, rtol: flo
                 else (np.inf if e.abs_error > 0 else 0.0))
     return GradcheckResult(all(e.ok for e in entries), max(e.abs_error for e in entries),
                            max(e.rel_error for e in entries), worst, entries, eps, atol, rtol)
+
+
+def gradcheck_objective(objective: Callable[..., Any], params: Any, eps: float = 1e-3, atol: float = 1e-3,
+                        rtol: float = 1e-2, n_checks: int = 12, seed: int = 0,
+                        raise_on_fail: bool = False) -> GradcheckResult:
+    """Central differences of any tape objective ``objective(tape, step) -> loss`` (as the Trainer takes; called
+    with step 0) against ``tape.backward``'s gradients, for sampled coordinates of each Parameter in ``params``
+    (a Parameter, a list, a dict or an object with ``parameters()``).
+
+    The loss is read as float64 on the host from its float32 value (a sum of many float32 terms is only that
+    precise: choose ``eps`` so that ``eps * |gradient|`` is well above the loss's rounding). The result's
+    ``worst_by_parameter`` maps each Parameter's name to its worst relative error. Parameter values and
+    gradients are restored afterwards. Waits for the GPU.
+    """
+    from sopt.parameter import parameters_of
+    from sopt.tape import Tape
+    from sopt.train.trainer import loss_scalar
+    eps = check_float(eps, "eps", low=0.0, low_inclusive=False)
+    atol = check_float(atol, "atol", low=0.0)
+    rtol = check_float(rtol, "rtol", low=0.0)
+    n_checks = check_int(n_checks, "n_checks", low=1)
+    if params is None:
+        raise ValueError("gradcheck(objective, params): params (the Parameters to check) is missing")
+    plist = list({id(p): p for p in parameters_of(params)}.values())
+    rng = np.random.default_rng(seed)
+    saved_grads = [p.grad_numpy() for p in plist]
+    originals = [p.numpy() for p in plist]
+    tape = Tape()
+
+    def evaluate(backward: bool) -> float:
+        with tape:
+            loss = objective(tape, 0)
+        if backward:
+            tape.backward(loss)
+        tape.submit()
+        return loss_scalar(loss)
+
+    entries: list[GradcheckEntry] = []
+    worst: dict[str, float] = {}
+    try:
+        for p in plist:
+            p.zero_grad()
+        evaluate(True)
+        analytic = [p.grad_numpy() for p in plist]
+        for p, original, grad in zip(plist, originals, analytic):
+            def eval_param(values: np.ndarray, p=p) -> float:
+                p.load(values)
+                return evaluate(False)
+            found = _check_tensor(f"param '{p.name}'", original, grad, eval_param, lambda a, b: a - b, eps, atol,
+                                  rtol, n_checks, rng)
+            p.load(original)
+            worst[p.name] = max((e.rel_error for e in found), default=0.0)
+            entries += found
+    finally:
+        for p, original, g in zip(plist, originals, saved_grads):
+            p.load(original)
+            p.set_grad(g)
+    result = _summarise(entries, eps, atol, rtol)
+    result.worst_by_parameter = worst
+    if raise_on_fail and not result.ok:
+        raise GradcheckError(result)
+    return result
