@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -82,7 +81,7 @@ class Pool:
     """Arrays handed out in order; :meth:`rewind` makes the next requests reuse them (same shape: same array)."""
 
     def __init__(self) -> None:
-        self._arrays: list[spy.Tensor] = []
+        self._arrays: list[tuple[tuple[int, ...], bool, spy.Tensor]] = []   # (shape, grads, array)
         self._cursor = 0
         self.bytes = 0
         _pools.add(self)
@@ -91,17 +90,17 @@ class Pool:
         i = self._cursor
         self._cursor += 1
         if i < len(self._arrays):
-            t = self._arrays[i]
-            if tuple(t.shape) == shape and (t.grad_out is not None) == grads:
+            old_shape, old_grads, t = self._arrays[i]
+            if old_shape == shape and old_grads == grads:
                 return t
-            self.bytes -= _nbytes(tuple(t.shape), t.grad_out is not None)
+            self.bytes -= _nbytes(old_shape, old_grads)
         t = spy.Tensor.zeros(dev.get_device(), shape, "float")
         if grads:
             t = t.with_grads(zero=True)
         if i < len(self._arrays):
-            self._arrays[i] = t
+            self._arrays[i] = (shape, grads, t)
         else:
-            self._arrays.append(t)
+            self._arrays.append((shape, grads, t))
         self.bytes += _nbytes(shape, grads)
         _note_growth()
         return t
@@ -130,7 +129,8 @@ def new_tensor(shape: Sequence[int], grads: bool = True) -> spy.Tensor:
 
     ``grads``: attach a gradient buffer of the same shape (outputs that may be differentiated need one).
     """
-    shape = tuple(int(s) for s in shape)
+    if type(shape) is not tuple:
+        shape = tuple(int(s) for s in shape)
     tape = current_tape()
     if tape is not None:
         return tape._pool.take(shape, grads)
@@ -150,19 +150,20 @@ def _label(t: spy.Tensor) -> str:
     return f"array of shape {tuple(t.shape)}"
 
 
-@dataclass(eq=False)
 class _Node:
-    """One recorded call."""
+    """One recorded call: ``writes`` (outputs), ``add_grads`` / ``write_grads`` (arrays whose gradient the
+    backward adds into / overwrites), ``params`` (Parameters read, with their version at record time),
+    ``always`` (a probe: its backward runs even when no gradient flows through it), ``saved`` ((key, version,
+    array) of what the backward reads)."""
 
-    index: int
-    name: str
-    backward: Callable[[spy.CommandEncoder, dict[int, spy.Tensor]], None] | None
-    writes: list[spy.Tensor]
-    add_grads: list[spy.Tensor]           # arrays whose gradient the backward adds into
-    write_grads: list[spy.Tensor]         # arrays whose gradient the backward overwrites (sopt.nn modules' dL/dx)
-    params: list[tuple[Parameter, int]]   # Parameters read, with their version at record time
-    always: bool = False                  # a probe: its backward runs even when no gradient flows through it
-    saved: list[tuple[tuple[int, int], int, spy.Tensor]] = field(default_factory=list)
+    __slots__ = ("index", "name", "backward", "writes", "add_grads", "write_grads", "params", "always", "saved")
+
+    def __init__(self, index: int, name: str, backward: Callable[[spy.CommandEncoder, dict[int, spy.Tensor]], None] | None,
+                 writes: list[spy.Tensor], add_grads: list[spy.Tensor], write_grads: list[spy.Tensor],
+                 params: list[tuple[Parameter, int]], always: bool) -> None:
+        self.index, self.name, self.backward, self.writes = index, name, backward, writes
+        self.add_grads, self.write_grads, self.params, self.always = add_grads, write_grads, params, always
+        self.saved: list[tuple[tuple[int, int], int, spy.Tensor]] = []
 
 
 class _Info:
@@ -190,6 +191,8 @@ class Tape:
         self.encoder: spy.CommandEncoder | None = encoder
         self.nodes: list[_Node] = []
         self._info: dict[tuple[int, int], _Info] = {}
+        self._keys: dict[int, tuple[int, int]] = {}
+        self._seen: list[spy.Tensor] = []
         self._recording = False
         self._submitted = False
         self._backward_done = False
@@ -219,6 +222,8 @@ class Tape:
             raise TapeError("reset() inside 'with tape:'")
         self.nodes = []
         self._info = {}
+        self._keys = {}
+        self._seen = []
         self._seeded = []
         self._pool.rewind()
         self.encoder = self._outer_encoder
@@ -251,8 +256,17 @@ class Tape:
         """Device bytes this tape (and its children) hold for outputs, saved arrays and gradients."""
         return self._pool.bytes + sum(c.pool_bytes for c in self._children.values())
 
+    def _key(self, t: spy.Tensor) -> tuple[int, int]:
+        # by object first: looking up a tensor's storage and offset costs two native calls (the tape keeps
+        # every tensor it saw alive until reset, so an id is not reused meanwhile)
+        k = self._keys.get(id(t))
+        if k is None:
+            k = self._keys[id(t)] = _key(t)
+            self._seen.append(t)
+        return k
+
     def _info_of(self, t: spy.Tensor) -> _Info:
-        k = _key(t)
+        k = self._key(t)
         info = self._info.get(k)
         if info is None:
             info = self._info[k] = _Info()
@@ -262,7 +276,7 @@ class Tape:
     def requires_grad(self, t: spy.Tensor) -> bool:
         """Whether a gradient can flow into ``t`` from this tape's calls' inputs: it was written by a call
         that reads a Parameter or such an array, or it is a leaf array carrying a gradient buffer."""
-        info = self._info.get(_key(t))
+        info = self._info.get(self._key(t))
         if info is not None:
             return info.requires_grad
         return t.grad_out is not None
@@ -305,7 +319,7 @@ class Tape:
                     "output, or take one from sopt.tape.new_tensor), or record the step on a new tape.")
         for t in reads:
             info = self._info_of(t)
-            node.saved.append((_key(t), info.version, t))
+            node.saved.append((self._key(t), info.version, t))
             if info.saved_by is None:
                 info.saved_by = node
         forward(self.encoder)
@@ -330,7 +344,7 @@ class Tape:
 
     def seeded_before(self, pred: spy.Tensor) -> bool:
         """Whether a loss already wrote into ``pred.grad`` on this tape (a second loss must add)."""
-        info = self._info.get(_key(pred))
+        info = self._info.get(self._key(pred))
         return info is not None and info.grad_ready
 
     # -- backward ----------------------------------------------------------------------------------------------
@@ -466,7 +480,7 @@ class Tape:
         for i, t in enumerate(node.write_grads):
             info = self._info_of(t)
             if not info.requires_grad:
-                redirect[i] = t.detach()
+                redirect[i] = t.detach() if t.grad_out is not None else t
             elif info.grad_ready:
                 scratch = self._pool.take(tuple(t.shape), False)
                 redirect[i] = t.detach().with_grads(grad_in=scratch, grad_out=scratch, zero=False)
