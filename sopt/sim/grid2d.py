@@ -1,0 +1,77 @@
+"""The 2-D cell grid shared by the field simulators (Diffusion2D, Wave2D): its shape, its boundary condition,
+and how its per-cell coefficients reach the kernels (``Grid2D``, ``CellCoefficient`` and
+``CellCoefficientGrad`` of slang_lib/sim/grid2d.slang).
+
+A field of H x W cells is a float32 array of shape (H, W), row-major (cell (row, col) is element
+``row * W + col`` of the flat buffer the kernels index). Boundary conditions of the 5-point stencil:
+
+- ``"dirichlet"``: a ghost cell outside every boundary face holds ``boundary_value``;
+- ``"insulated"``: the ghost cell mirrors the cell (zero normal derivative: no flux through the face).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import slangpy as spy
+
+from sopt.nn.batch import dummy
+from sopt.parameter import Parameter
+from sopt.sim.coefficient import Coefficient
+from sopt.validation import as_real_array, check_choice, check_float
+
+BOUNDARIES = ("dirichlet", "insulated")
+
+
+def grid_shape(u0: Any, name: str) -> tuple[int, int]:
+    """(H, W) of an initial field (an array or a Parameter), else ValueError naming ``name``."""
+    shape = u0.shape if isinstance(u0, Parameter) else as_real_array(u0, name).shape
+    if len(shape) != 2 or min(shape) < 1:
+        raise ValueError(f"{name} must be a 2-D field of shape (H, W) with H, W >= 1, got shape {tuple(shape)}")
+    return int(shape[0]), int(shape[1])
+
+
+class Grid2D:
+    """H x W cells of spacing ``dx`` (m) with a boundary condition (``"dirichlet"`` or ``"insulated"``) and,
+    for Dirichlet, the ghost cells' ``boundary_value``. ``who`` names the simulator in error messages."""
+
+    def __init__(self, shape: tuple[int, int], dx: float, boundary: str, boundary_value: float, who: str) -> None:
+        self.shape = shape
+        self.dx = check_float(dx, f"{who} dx", low=0.0, low_inclusive=False)
+        self.boundary = check_choice(boundary, f"{who} boundary", BOUNDARIES)
+        self.boundary_value = check_float(boundary_value, f"{who} boundary_value")
+        if abs(self.boundary_value) > float(np.finfo(np.float32).max):
+            raise ValueError(f"{who} boundary_value must be within float32's range, got {boundary_value!r}")
+        self.cells = shape[0] * shape[1]
+        self.threads = spy.grid((self.cells,))   # one thread per cell (kept: built once, not per step)
+        self._args = {"H": shape[0], "W": shape[1], "dirichlet": int(boundary == "dirichlet"),
+                      "boundary_value": self.boundary_value}
+
+    def args(self) -> dict[str, Any]:
+        """The kernels' ``Grid2D`` struct."""
+        return self._args
+
+    def flat(self, t: spy.Tensor) -> spy.Tensor:
+        """A (H, W) tensor as the flat (H * W,) view the kernels index."""
+        return t.view((self.cells,))
+
+    def __repr__(self) -> str:
+        value = f", boundary_value={self.boundary_value}" if self.boundary == "dirichlet" else ""
+        return f"Grid2D({self.shape[0]}x{self.shape[1]}, dx={self.dx}, {self.boundary}{value})"
+
+
+def coefficient_args(c: Coefficient) -> dict[str, Any]:
+    """The kernels' ``CellCoefficient``: the values now (a Parameter's move into an optimiser's arena), flat,
+    read at ``stride * i`` (stride 0: shared by every cell)."""
+    n = int(np.prod(c.shape))
+    return {"values": c.values.view((n,)), "stride": 0 if c.shared else 1}
+
+
+def coefficient_grad_args(c: Coefficient) -> dict[str, Any]:
+    """The kernels' ``CellCoefficientGrad``: the Parameter's gradient (mode 1 field, 2 shared), or, for a
+    constant, mode 0 and a dummy the kernel never touches."""
+    if not c.trainable:
+        return {"grad": dummy(1), "mode": 0}
+    n = int(np.prod(c.shape))
+    return {"grad": c.grad.view((n,)), "mode": 2 if c.shared else 1}
