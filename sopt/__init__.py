@@ -1,6 +1,6 @@
 """sopt: gradient-based optimisation on the GPU with Slang kernels through SlangPy."""
 
-from sopt import init, losses, nn, optim, train
+from sopt import init, losses, nn, optim, sim, train
 from sopt.checkpoint import CheckpointError, load, save
 from sopt.device import device_kind, get_device, synchronize
 from sopt.nn.gradcheck import gradcheck
@@ -11,4 +11,4 @@ from sopt.tape import Tape, TapeError
 __version__ = "0.1.0"
 
 __all__ = ["CheckpointError", "Parameter", "Tape", "TapeError", "device_kind", "get_device", "gradcheck", "init", "load", "load_module", "losses", "nn",
-           "optim", "save", "synchronize", "train"]
+           "optim", "save", "sim", "synchronize", "train"]

@@ -2,8 +2,13 @@
 :class:`State`; every physical parameter and the initial state may be a trainable :class:`sopt.Parameter`."""
 
 from sopt.sim.coefficient import Coefficient
+from sopt.sim.diffusion2d import Diffusion2D
+from sopt.sim.nbody import NBody
 from sopt.sim.rollout import Plan, RolloutResult, plan, rollout
 from sopt.sim.simulator import Simulator
+from sopt.sim.spring_system import SpringSystem
 from sopt.sim.state import State
+from sopt.sim.wave2d import Wave2D
 
-__all__ = ["Coefficient", "Plan", "RolloutResult", "Simulator", "State", "plan", "rollout"]
+__all__ = ["Coefficient", "Diffusion2D", "NBody", "Plan", "RolloutResult", "Simulator", "SpringSystem", "State", "Wave2D",
+           "plan", "rollout"]
