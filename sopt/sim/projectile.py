@@ -1,0 +1,168 @@
+"""Projectile: independent point particles in 2D or 3D under gravity and drag, bouncing on a ground plane
+(kernels: slang_lib/sim/projectile.slang)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import slangpy as spy
+
+from sopt import tape as tp
+from sopt.device import get_device
+from sopt.nn.kernels import function, launch
+from sopt.parameter import Parameter
+from sopt.sim.coefficient import Coefficient
+from sopt.sim.simulator import Simulator
+from sopt.sim.state import State
+from sopt.validation import as_float32_array, check_float
+
+UP = 1                   # the "up" axis (y)
+STANDARD_GRAVITY = 9.81  # m/s^2
+
+
+class Projectile(Simulator):
+    """N independent particles in ``dim`` = 2 or 3 dimensions (axis 1 is up), semi-implicit Euler.
+
+    State: ``x`` (N, dim) positions in m, ``v`` (N, dim) velocities in m/s. With the acceleration
+    a(u) = g - (linear_drag + drag * |u|) * u (m/s^2), one step of length ``dt`` (s) is::
+
+        vs = v + dt * a(v)                 (kick)
+        xs = x + dt * vs                   (drift)
+        x', v' = xs, vs                    (no contact)
+
+    Ground contact (the plane x[1] = ``ground`` = h): when the drift would carry a particle below the plane
+    (xs[1] < h and vs[1] < 0), its straight path x + s * vs, 0 <= s <= dt, reaches the plane at the time of
+    impact toi = (h - x[1]) / vs[1]. The particle is moved there, p = x + toi * vs (p[1] = h); its velocity
+    at that time, vi = v + toi * a(v), has its normal component reflected, r = vi with r[1] = -e * vi[1] (e =
+    ``restitution``; no friction: the tangential components are kept); the rest of the step is a
+    semi-implicit Euler step from (p, r)::
+
+        v' = r + (dt - toi) * a(r),   v'[1] = max(v'[1], 0),   x' = p + (dt - toi) * v'
+
+    The clamp ends the step on the ground at rest when the rebound does not outlast the rest of the step (e = 0,
+    or the last small bounces): particles never end a step below the ground, and resting contact is exact.
+    toi -> dt gives the drift's end point and toi -> 0 the step after a bounce at the step boundary, so x' and
+    v' do not jump when an impact moves across a step boundary, and their gradients see the impact time
+    (DiffTaichi's billiards' time-of-impact correction; taking the impact velocity at toi makes the post-bounce
+    velocity, and so d(height)/d(drop height), converge to the continuous answer as dt -> 0). A particle that a
+    hand-made state puts below the plane bounces from where it is (toi = 0, p = x). The contact test itself
+    has no gradient.
+
+    Args:
+        x0, v0: initial positions (m) and velocities (m/s), arrays of shape (N, dim) or Parameters; every
+            particle starts on or above the ground.
+        dt: the time step in s (> 0). With drag it must keep the kick stable: dt * (linear_drag + 2 * drag *
+            u) < 2 per particle, u = max(|v0|, sqrt(|g| / drag)) bounding its speed (the linearised bound).
+        gravity: acceleration in m/s^2, shared (dim,) or per particle (N, dim); default (0, -9.81[, 0]).
+        linear_drag: in 1/s (>= 0), shared (a number or (1,)) or per particle (N,).
+        drag: quadratic drag in 1/m (>= 0), shared or per particle.
+        restitution: e in [0, 1], shared or per particle.
+        ground: the plane's height in m, or None for no ground.
+
+    Every coefficient and ``x0``, ``v0`` may be a :class:`sopt.Parameter` (trainable) or a constant; a
+    Parameter's values are checked here, not again after an optimiser moves them. ``step`` records one
+    forward dispatch and, at ``tape.backward``, one adjoint dispatch (slang_lib/sim/projectile.slang).
+    """
+
+    state_names = ("x", "v")
+
+    def __init__(self, x0: Any, v0: Any, *, dt: float, gravity: Any = None, drag: Any = 0.0,
+                 linear_drag: Any = 0.0, restitution: Any = 1.0, ground: float | None = 0.0) -> None:
+        super().__init__(dt)
+        n, dim = _particles(x0)
+        self.n, self.dim = n, dim
+        self.ground = None if ground is None else check_float(ground, "Projectile ground")
+        x = self._initial("x", x0, (n, dim), unit="m")
+        v = self._initial("v", v0, (n, dim), unit="m/s")
+        if gravity is None:
+            gravity = [0.0, -STANDARD_GRAVITY, 0.0][:dim]
+        self.gravity = self._coefficient("gravity", gravity, _gravity_shape(gravity, n, dim), shareable=False,
+                                         unit="m/s^2")
+        self.linear_drag = self._coefficient("linear_drag", linear_drag, (n,), low=0.0, unit="1/s")
+        self.drag = self._coefficient("drag", drag, (n,), low=0.0, unit="1/m")
+        self.restitution = self._coefficient("restitution", restitution, (n,), low=0.0)
+        e = self.restitution.numpy()
+        if (e > 1.0).any():
+            raise ValueError(f"Projectile restitution must be in [0, 1], got {float(e.max()):g}")
+        x0_values = x.numpy()
+        if self.ground is not None and (x0_values[:, UP] < self.ground).any():
+            i = int(np.argmin(x0_values[:, UP]))
+            raise ValueError(f"Projectile x0: particle {i} starts below the ground (height {x0_values[i, UP]:g} m < "
+                             f"ground {self.ground:g} m); particles must start on or above it")
+        self._check_stability(v.numpy())
+        self._forward_fn = function("sim/projectile", f"projectile_step<{dim}>")
+        self._adjoint_fn = function("sim/projectile", f"projectile_step_adjoint<{dim}>")
+        self._no_grad = spy.Tensor.zeros(get_device(), (1, dim), "float")   # for a dL/dstate not wanted: never touched
+
+    def _check_stability(self, v0: np.ndarray) -> None:
+        """ValueError where dt * (c1 + 2 c2 u) >= 2 (the kick's linearisation grows), u bounding the speed."""
+        c1 = np.broadcast_to(self.linear_drag.numpy(), (self.n,))
+        c2 = np.broadcast_to(self.drag.numpy(), (self.n,))
+        g = np.linalg.norm(np.broadcast_to(self.gravity.numpy(), (self.n, self.dim)), axis=1)
+        terminal = np.where(c2 > 0, np.sqrt(g / np.where(c2 > 0, c2, 1.0)), 0.0)   # sqrt(|g| / drag)
+        speed = np.maximum(np.linalg.norm(v0, axis=1), terminal)
+        rate = self.dt * (c1 + 2.0 * c2 * speed)
+        if (rate >= 2.0).any():
+            i = int(np.argmax(rate))
+            limit = 2.0 / (c1[i] + 2.0 * c2[i] * speed[i])
+            raise ValueError(f"Projectile dt={self.dt:g} s is unstable for particle {i}: dt * (linear_drag + 2 * drag"
+                             f" * speed) = {rate[i]:.4g} >= 2 (linear_drag {c1[i]:g} 1/s, drag {c2[i]:g} 1/m, speed "
+                             f"bound {speed[i]:.4g} m/s); use dt < {limit:.4g} s")
+
+    def _arg(self, c: Coefficient, width: int) -> dict[str, Any]:
+        """The ``Coefficient`` struct of projectile.slang (values fetched now: a Parameter's view can move)."""
+        size = int(np.prod(c.shape))
+        return {"values": c.values.view((size,)), "grad": c.grad.view((size,)),
+                "shared": int(c.shape == (width,)), "want_grad": int(c.trainable)}
+
+    def _coefficient_args(self) -> list[dict[str, Any]]:
+        return [self._arg(self.gravity, self.dim), self._arg(self.linear_drag, 1), self._arg(self.drag, 1),
+                self._arg(self.restitution, 1)]
+
+    def _ground_arg(self) -> dict[str, Any]:
+        return {"enabled": int(self.ground is not None), "height": 0.0 if self.ground is None else self.ground}
+
+    def step(self, state: State, control: spy.Tensor | None = None) -> State:
+        """The state ``dt`` later (new arrays): one dispatch now, its adjoint (one dispatch) at ``tape.backward``."""
+        if control is not None:
+            raise ValueError("Projectile.step takes no control input, got one")
+        state = self.check_state(state, "Projectile.step")
+        out = self.new_state()
+        grid = spy.grid((self.n,))
+        tape = tp.current_tape()
+        want_dx = tape is not None and tape.requires_grad(state.x)
+        want_dv = tape is not None and tape.requires_grad(state.v)
+
+        def forward(enc: spy.CommandEncoder) -> None:
+            launch(self._forward_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
+                   self._ground_arg(), out.x, out.v)
+
+        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
+            launch(self._adjoint_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
+                   self._ground_arg(), out.x.grad, out.v.grad, int(want_dx),
+                   state.x.grad if want_dx else self._no_grad, int(want_dv),
+                   state.v.grad if want_dv else self._no_grad)
+
+        coefficients = (self.gravity, self.linear_drag, self.drag, self.restitution)
+        params: list[Parameter] = [c.parameter for c in coefficients if c.parameter is not None]
+        tp.record("Projectile.step", forward, backward, reads=[state.x, state.v], writes=[out.x, out.v],
+                  add_grads=[state.x, state.v], params=params)
+        return out
+
+
+def _particles(x0: Any) -> tuple[int, int]:
+    """(N, dim) of the initial positions, else ValueError (dim must be 2 or 3)."""
+    shape = x0.shape if isinstance(x0, Parameter) else as_float32_array(x0, "Projectile initial x").shape
+    if len(shape) != 2 or shape[1] not in (2, 3):
+        raise ValueError(f"Projectile initial x must have shape (N, dim) with dim 2 or 3, got {tuple(shape)}")
+    return int(shape[0]), int(shape[1])
+
+
+def _gravity_shape(gravity: Any, n: int, dim: int) -> tuple[int, ...]:
+    """(dim,) for a shared gravity vector, (n, dim) per particle; ValueError for any other shape."""
+    shape = gravity.shape if isinstance(gravity, Parameter) else as_float32_array(gravity, "Projectile gravity").shape
+    if tuple(shape) not in ((dim,), (n, dim)):
+        raise ValueError(f"Projectile gravity has shape {tuple(shape)}, expected ({dim},) (shared) or ({n}, {dim}) "
+                         "(per particle)")
+    return tuple(shape)
