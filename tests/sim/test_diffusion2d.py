@@ -197,7 +197,9 @@ def test_fourier_mode_decays_by_the_exact_factor(boundary):
     factor = 1 - 4 * dt * kappa / DX ** 2 * s
     sim = Diffusion2D(u, kappa, DX, dt, boundary=boundary)
     one = run(sim, 1)
-    assert np.abs(one - factor * u).max() <= 1e-7   # ~ a float32 ulp of the amplitude 1
+    # a few float32 ulps of the amplitude 1 (CUDA contracts a * b + c into FMAs, rounding differently from
+    # lavapipe); a wrong stencil is off by ~1e-2
+    assert np.abs(one - factor * u).max() <= 5e-7
     assert abs(factor) < 0.8   # a decay a wrong stencil would not reproduce
 
     u, s = mode(shape, 1, 1 if boundary == "dirichlet" else 0, boundary)
