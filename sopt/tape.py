@@ -181,8 +181,9 @@ class Tape:
     """Records differentiable calls (see the module docstring). Not thread-safe; tapes nest (innermost records).
 
     Attributes: ``encoder`` (the command encoder of the current step, created on entry), ``nodes`` (the
-    recorded calls, in order; for inspection), ``metrics`` (values a call asked to report, e.g. a rollout's
-    gradient norms; the Trainer logs them).
+    recorded calls, in order; for inspection), ``metrics`` (values a call asked to report: numbers, arrays,
+    loss values, or functions returning a value or a dict of them, called only when the Trainer reads
+    metrics; e.g. a rollout's gradient norms).
     """
 
     def __init__(self, encoder: spy.CommandEncoder | None = None) -> None:

@@ -295,7 +295,12 @@ class Trainer:
         self._last_finite = (self.step, loss)
         metrics: dict[str, Any] = {"step": self.step, "loss": loss}
         for name, value in self.tape.metrics.items():   # e.g. a rollout's gradient norms
-            metrics[name] = _metric_value(value)
+            if callable(value) and not hasattr(value, "item"):   # read only now, on a metrics step
+                value = value()
+            if isinstance(value, dict):
+                metrics.update((k, _metric_value(v)) for k, v in value.items())
+            else:
+                metrics[name] = _metric_value(value)
         groups = getattr(self.optimizer, "param_groups", None)
         if groups:
             metrics["lr"] = float(groups[0]["lr"])
