@@ -213,9 +213,11 @@ class Tape:
         _stack.append(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         self._recording = False
         _stack.remove(self)
+        if exc_type is not None:   # a step that failed half-way is dropped, not continued by the next 'with'
+            self.reset()
 
     def reset(self) -> None:
         """Forget the recorded calls (and an unsubmitted encoder); the next step reuses this tape's arrays."""

@@ -185,6 +185,7 @@ def test_backward_checks_its_seeds() -> None:
     with pytest.raises(sopt.TapeError, match="inside 'with tape:'"):
         with tape:
             tape.backward(l1)
+    assert tape.nodes == []   # the failed block was dropped: the next 'with tape:' starts a clean step
 
 
 def test_user_slang_function_gradients_and_summed_tensor_loss() -> None:

@@ -142,3 +142,16 @@ def test_bad_arguments(pendulum):
         rollout(step, s0, 0)
     with pytest.raises(ValueError, match="not both"):
         rollout(step, s0, 5, budget=4, budget_bytes=1000)
+
+
+def test_budget_in_bytes_counts_values_and_gradients(pendulum):
+    step, params = _setup(pendulum)
+    state_bytes = 4 * N * 2
+    tape = sopt.Tape()
+    with tape:
+        s0 = State(x=pendulum.pendulum_start(params[2]))
+        res = rollout(step, s0, 60, budget_bytes=12 * 2 * state_bytes + 5)
+    assert res.plan.budget == 12 and res.plan.peak_states <= 12 and len(res.plan.segments) > 1
+    with pytest.raises(ValueError, match="holds 2 state"):
+        with tape:
+            rollout(step, s0, 60, budget_bytes=2 * 2 * state_bytes)
