@@ -33,9 +33,8 @@ Extending: :func:`record` is the one primitive: a forward recorded now, a backwa
 
 from __future__ import annotations
 
-import itertools
 import weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import slangpy as spy
