@@ -93,9 +93,7 @@ class Pool:
             if old_shape == shape and old_grads == grads:
                 return t
             self.bytes -= _nbytes(old_shape, old_grads)
-        t = spy.Tensor.zeros(dev.get_device(), shape, "float")
-        if grads:
-            t = t.with_grads(zero=True)
+        t = _allocate(shape, grads)
         if i < len(self._arrays):
             self._arrays[i] = (shape, grads, t)
         else:
@@ -133,6 +131,10 @@ def new_tensor(shape: Sequence[int], grads: bool = True) -> spy.Tensor:
     tape = current_tape()
     if tape is not None:
         return tape._pool.take(shape, grads)
+    return _allocate(shape, grads)
+
+
+def _allocate(shape: tuple[int, ...], grads: bool) -> spy.Tensor:
     t = spy.Tensor.zeros(dev.get_device(), shape, "float")
     return t.with_grads(zero=True) if grads else t
 
@@ -141,8 +143,9 @@ def _key(t: spy.Tensor) -> tuple[int, int]:
     return (id(t.storage), int(t.offset))
 
 
-def _flat(t: spy.Tensor) -> spy.Tensor:
-    return t.view((int(np.prod(tuple(t.shape))),))
+def flat(t: spy.Tensor) -> spy.Tensor:
+    """A 1-D view of all of ``t``'s elements (contiguous tensors)."""
+    return t.view((_numel(t),))
 
 
 def _label(t: spy.Tensor) -> str:
@@ -414,14 +417,14 @@ class Tape:
                 self._fill(enc, t.grad, g, add=info.grad_ready)
             elif isinstance(g, spy.Tensor):
                 if info.grad_ready:
-                    self._add(enc, g, t.grad)
+                    add_into(enc, g, t.grad)
                 else:
-                    enc.copy_buffer(t.grad.storage, 4 * t.grad.offset, g.storage, 4 * g.offset, 4 * _numel(t))
+                    copy_into(enc, g, t.grad)
             else:
                 if info.grad_ready:
                     scratch = self._pool.take(tuple(t.shape), False)
                     enc.upload_buffer_data(scratch.storage, 4 * scratch.offset, np.ascontiguousarray(g))
-                    self._add(enc, scratch, t.grad)
+                    add_into(enc, scratch, t.grad)
                 else:
                     enc.upload_buffer_data(t.grad.storage, 4 * t.grad.offset, np.ascontiguousarray(g))
             info.grad_ready = True
@@ -492,21 +495,16 @@ class Tape:
                 info.grad_ready = True
         node.backward(enc, redirect)
         for scratch, grad in pending:
-            self._add(enc, scratch, grad)
+            add_into(enc, scratch, grad)
 
     # -- the tape's own kernels --------------------------------------------------------------------------------
     def _fill(self, enc: spy.CommandEncoder, dst: spy.Tensor, value: float, add: bool) -> None:
-        from sopt.nn.kernels import function, launch
-        flat = _flat(dst)
         if add:
-            ones = self._pool.take(tuple(flat.shape), False)
-            launch(function("tape", "tape_fill"), enc, spy.grid(tuple(flat.shape)), value, ones)
-            self._add(enc, ones, dst)
+            scratch = self._pool.take(tuple(dst.shape), False)
+            fill(enc, scratch, value)
+            add_into(enc, scratch, dst)
         else:
-            launch(function("tape", "tape_fill"), enc, spy.grid(tuple(flat.shape)), value, flat)
-
-    def _add(self, enc: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
-        add_into(enc, src, dst)
+            fill(enc, dst, value)
 
     # -- submission --------------------------------------------------------------------------------------------
     def submit(self) -> None:
@@ -533,8 +531,13 @@ def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:
     if int(t.offset) == 0 and 4 * _numel(t) == int(t.storage.size):
         encoder.clear_buffer(t.storage)
         return
+    fill(encoder, t, 0.0)
+
+
+def fill(encoder: spy.CommandEncoder, t: spy.Tensor, value: float) -> None:
+    """Record ``t = value`` (every element; contiguous float32) into ``encoder``: one dispatch."""
     from sopt.nn.kernels import function, launch
-    launch(function("tape", "tape_fill"), encoder, spy.grid((_numel(t),)), 0.0, _flat(t))
+    launch(function("tape", "tape_fill"), encoder, spy.grid((_numel(t),)), value, flat(t))
 
 
 def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
@@ -542,7 +545,14 @@ def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> N
     from sopt.nn.kernels import function, launch
     if _numel(src) != _numel(dst):
         raise ValueError(f"add_into: {_numel(src)} elements into {_numel(dst)}")
-    launch(function("tape", "tape_add"), encoder, spy.grid((_numel(dst),)), _flat(src), _flat(dst))
+    launch(function("tape", "tape_add"), encoder, spy.grid((_numel(dst),)), flat(src), flat(dst))
+
+
+def copy_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
+    """Record ``dst = src`` (same element count, contiguous float32) into ``encoder``: a buffer copy."""
+    if _numel(src) != _numel(dst):
+        raise ValueError(f"copy_into: {_numel(src)} elements into {_numel(dst)}")
+    encoder.copy_buffer(dst.storage, 4 * int(dst.offset), src.storage, 4 * int(src.offset), 4 * _numel(src))
 
 
 def record(name: str, forward: Callable[[spy.CommandEncoder], None],

@@ -200,18 +200,9 @@ def _checked(new: Any, old: State, t: int) -> State:
     return new
 
 
-def _numel(t: spy.Tensor) -> int:
-    return int(np.prod(tuple(t.shape)))
-
-
-def _copy(enc: spy.CommandEncoder, dst: spy.Tensor, src: spy.Tensor) -> None:
-    """Record dst = src (same element count)."""
-    enc.copy_buffer(dst.storage, 4 * int(dst.offset), src.storage, 4 * int(src.offset), 4 * _numel(src))
-
-
 def _copy_state(enc: spy.CommandEncoder, dst: State, src: State) -> None:
     for d, s in zip(dst.arrays(), src.arrays()):
-        _copy(enc, d, s)
+        tp.copy_into(enc, s, d)
 
 
 def _like(state: State) -> State:
@@ -232,8 +223,8 @@ def _nothing(encoder: spy.CommandEncoder) -> None:
 def _sum_squares(enc: spy.CommandEncoder, state: State, norms: spy.Tensor, index: int) -> None:
     """norms[index] += sum of squares of every array's gradient in ``state``."""
     for t in state.arrays():
-        n = _numel(t)
-        launch(function("sim/rollout", "sum_squares"), enc, spy.grid((n,)), t.grad.view((n,)), norms, index)
+        grad = tp.flat(t.grad)
+        launch(function("sim/rollout", "sum_squares"), enc, spy.grid(tuple(grad.shape)), grad, norms, index)
 
 
 class _Rollout:
@@ -270,7 +261,7 @@ class _Rollout:
                 state = _checked(self.step_fn(state, t - 1), state, t - 1)
             if t in self.observed:
                 enc = dev.get_device().create_command_encoder()
-                _copy(enc, _row(self.traj, self.observed.index(t)), state[self.observe])
+                tp.copy_into(enc, state[self.observe], _row(self.traj, self.observed.index(t)))
                 dev.submit(enc)
         return self.result(state)
 
@@ -290,7 +281,7 @@ class _Rollout:
 
     def _record_observation(self, tape: tp.Tape, k: int, src: spy.Tensor) -> None:
         traj = self.traj
-        tape.record("rollout.observe", lambda enc: _copy(enc, _row(traj, k), src),
+        tape.record("rollout.observe", lambda enc: tp.copy_into(enc, src, _row(traj, k)),
                     lambda enc, redirect: tp.add_into(enc, _row(traj.grad, k), src.grad),
                     writes=[traj], add_grads=[src])
 
@@ -327,7 +318,7 @@ class _Rollout:
             if t in save:
                 _copy_state(enc, save[t], state)
             if outputs and t in self.observed:
-                _copy(enc, _row(self.traj, self.observed.index(t)), state[self.observe])
+                tp.copy_into(enc, state[self.observe], _row(self.traj, self.observed.index(t)))
             if t == b:
                 return state
             child = self._child(("advance", t % 2))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Iterator
 
-import numpy as np
 import slangpy as spy
 
 from sopt import tape as tp
@@ -93,8 +92,7 @@ class Simulator:
 
         def forward(enc: spy.CommandEncoder) -> None:
             for c, t in sources:
-                v = c.values
-                enc.copy_buffer(t.storage, 4 * t.offset, v.storage, 4 * v.offset, 4 * int(np.prod(c.shape)))
+                tp.copy_into(enc, c.values, t)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             for c, t in sources:
