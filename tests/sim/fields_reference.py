@@ -69,21 +69,15 @@ def central_fd(f: Callable[[np.ndarray], float], x: np.ndarray, h: float = 1e-6)
     return grad
 
 
-def dispatches_per_step(sim, steps: int = 7) -> tuple[float, float]:
-    """(forward, backward) dispatches of ``steps`` recorded steps of ``sim`` (the gradient seeded on ``u``),
-    each divided by ``steps``; the tape is submitted so the Parameters' gradients can be read."""
-    import numpy as np
-    import sopt
-    from sopt import device as dev
-    tape = sopt.Tape()
-    with tape:
-        s = sim.initial_state()
-        before = dev.dispatch_count()
-        for _ in range(steps):
-            s = sim.step(s)
-        forward = dev.dispatch_count() - before
-    before = dev.dispatch_count()
-    tape.backward(grads={s.u: np.ones(tuple(s.u.shape), np.float32)})
-    backward = dev.dispatch_count() - before
-    tape.submit()
-    return forward / steps, backward / steps
+
+DX = 0.1
+BOUNDARIES = ("dirichlet", "insulated")
+
+
+def f32(a) -> np.ndarray:
+    """float64 values exactly representable in float32 (what the GPU sees), so both sides start equal."""
+    return np.asarray(a, np.float32).astype(np.float64)
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))

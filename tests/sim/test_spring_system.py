@@ -14,6 +14,7 @@ import sopt
 from sopt import device as dev
 from sopt.sim import rollout
 from sopt.sim.spring_system import SpringSystem
+from tests.sim.dispatches import dispatches_per_step
 from tests.sim.spring_system_reference import SpringParams
 from tests.sim.spring_system_reference import rollout as ref_rollout
 
@@ -332,20 +333,7 @@ def test_actuator_moves_the_rest_length() -> None:
 def test_dispatches_per_step() -> None:
     for ground, backward in ((None, 2), (-1.0, 3)):
         sim = SpringSystem.chain(3, 1.0, dim=2, stiffness=sopt.Parameter([50.0]), ground=ground, dt=1e-3)
-        counts = []
-        for steps in (2, 3):
-            tape = sopt.Tape()
-            with tape:
-                s = sim.initial_state()
-                before = dev.dispatch_count()
-                for _ in range(steps):
-                    s = sim.step(s)
-                forward = dev.dispatch_count() - before
-            tape.backward(grads={s.x: np.ones((3, 2), np.float32)})
-            counts.append((forward, dev.dispatch_count() - before - forward))
-            tape.submit()
-        assert counts[1][0] - counts[0][0] == 1
-        assert counts[1][1] - counts[0][1] == backward
+        assert dispatches_per_step(sim, "x")[:2] == (1, backward)
 
 
 def test_recomputing_rollout_gives_the_stored_gradients() -> None:
