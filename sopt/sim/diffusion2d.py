@@ -82,8 +82,7 @@ class Diffusion2D(Simulator):
 
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
         """The state ``dt`` later (a new State); ``control`` is not taken (ValueError)."""
-        if control is not None:
-            raise ValueError(f"Diffusion2D.step takes no control, got {type(control).__name__}")
+        self.check_no_control(control)
         state = self.check_state(state, "Diffusion2D.step")
         out = self.new_state()
         u, u_next = state.u, out.u

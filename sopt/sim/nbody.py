@@ -87,8 +87,7 @@ class NBody(Simulator):
 
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
         """The state one ``dt`` later (new arrays): one leapfrog step (see the class docstring), one dispatch."""
-        if control is not None:
-            raise ValueError(f"NBody.step: the n-body simulator takes no control input, got {type(control).__name__}")
+        self.check_no_control(control)
         state = self.check_state(state, "NBody.step")
         arrays = [state[name] for name in self.state_names]
         ins = [_StepInput(t, t.grad if t.grad_out is not None else s) for t, s in zip(arrays, self._scratch)]

@@ -125,8 +125,7 @@ class Projectile(Simulator):
 
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
         """The state ``dt`` later (new arrays): one dispatch now, its adjoint (one dispatch) at ``tape.backward``."""
-        if control is not None:
-            raise ValueError("Projectile.step takes no control input, got one")
+        self.check_no_control(control)
         state = self.check_state(state, "Projectile.step")
         out = self.new_state()
         grid = spy.grid((self.n,))

@@ -108,6 +108,11 @@ class Simulator:
         """The state one ``dt`` later (new arrays); ``control``: per-step inputs where the simulator takes them."""
         raise NotImplementedError
 
+    def check_no_control(self, control: Any) -> None:
+        """ValueError when ``control`` is given to a simulator whose step takes none."""
+        if control is not None:
+            raise ValueError(f"{type(self).__name__}.step takes no control input, got {type(control).__name__}")
+
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v.shape if v.shape != (1,) else float(v.numpy()[0]):}" for k, v in self._coefficients.items())
         return f"{type(self).__name__}({inner}, dt={self.dt})"

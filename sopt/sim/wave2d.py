@@ -96,8 +96,7 @@ class Wave2D(Simulator):
 
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
         """The state ``dt`` later (a new State); ``control`` is not taken (ValueError)."""
-        if control is not None:
-            raise ValueError(f"Wave2D.step takes no control, got {type(control).__name__}")
+        self.check_no_control(control)
         state = self.check_state(state, "Wave2D.step")
         out = self.new_state()
         u, v, u_next, v_next = state.u, state.v, out.u, out.v
