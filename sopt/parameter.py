@@ -50,7 +50,7 @@ class Parameter:
         self._grads = spy.Tensor.zeros(device, self._shape, self._sides[0].dtype)
         self._diffs: list[spy.Tensor | None] = [None]
         self.owner: Any = None  # the ParameterArena holding this parameter, if any
-        self._version = 0       # bumped when the values change (load, an optimiser step): sopt.Tape's check
+        self._version = 0       # bumped by load(); an optimiser's steps count on its arena (see version)
 
     # -- shape -----------------------------------------------------------------------------------------
     @property
@@ -92,6 +92,12 @@ class Parameter:
     def _rebind(self, sides: list[spy.Tensor], grads: spy.Tensor, owner: Any) -> None:
         """Point this parameter at an arena's storage: its values on each side, its gradient."""
         self._sides, self._grads, self._diffs, self.owner = sides, grads, [None] * len(sides), owner
+
+    @property
+    def version(self) -> int:
+        """Grows whenever the values change (``load``, a step of the owning optimiser): sopt.Tape compares it
+        between a call's forward and backward."""
+        return self._version + (self.owner.version if self.owner is not None else 0)
 
     # -- host access -------------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:

@@ -312,7 +312,7 @@ class Tape:
         add_grads, write_grads = list(add_grads), list(write_grads)
         params = list(params)
         node = _Node(len(self.nodes), name, backward, writes, add_grads, write_grads,
-                     [(p, p._version) for p in params], always)
+                     [(p, p.version) for p in params], always)
         for t in writes:   # a write into an array a call saved for its backward spoils that backward
             info = self._info_of(t)
             if info.saved_by is not None:
@@ -442,7 +442,7 @@ class Tape:
                                     f"{version}, but {writer.name if writer else 'a later call'} overwrote it "
                                     f"(version {now}); its gradient would be wrong")
             for p, version in node.params:
-                if p._version != version:
+                if p.version != version:
                     raise TapeError(f"backward: Parameter {p.name!r} changed (loaded or stepped by an optimiser) "
                                     f"after {node.name} (call #{node.index}) read it and before backward(); "
                                     "record the optimiser's step after backward()")

@@ -168,6 +168,14 @@ def test_overwriting_a_saved_array_raises() -> None:
     damping.load([0.5])
     with pytest.raises(sopt.TapeError, match="Parameter 'damping' changed"):
         tape.backward(grads={s1: np.ones((2, 2), np.float32)})
+    # so is an optimiser step recorded before the backward (it moves every parameter of its arena)
+    opt = sopt.optim.SGD([damping], lr=0.1)
+    tape.reset()
+    with tape:
+        s1 = pendulum.pendulum_step(state, damping, 9.81, 0.01)
+    opt.step(tape.encoder)
+    with pytest.raises(sopt.TapeError, match="Parameter 'damping' changed"):
+        tape.backward(grads={s1: np.ones((2, 2), np.float32)})
 
 
 def test_backward_checks_its_seeds() -> None:

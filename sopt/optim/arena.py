@@ -50,6 +50,7 @@ class ParameterArena:
                                      "updated by one optimiser only")
                 seen.add(id(p))
         self.params: list[Parameter] = [p for group in groups for p in group]
+        self.version = 0   # optimiser steps recorded on this arena (Parameter.version adds it)
         self.offsets: list[int] = []
         self.group_end_vec: list[int] = []
         cursor = 0

@@ -263,8 +263,7 @@ class Optimizer:
             encoder.upload_buffer_data(self._ctl, 4 * _CTL_LAYOUT, words)
             self._layout_key = key
         self._attempts += 1
-        for p in arena.params:
-            p._version += 1
+        arena.version += 1   # every parameter's values change (sopt.Tape's check)
         src = arena.side_offset(arena.side)
         dst = arena.side_offset(arena.side ^ 1) if double else src
         if check in (_PASS_STATS, _PASS_STATS_CHECK):
