@@ -28,7 +28,7 @@ from sopt import tape as tp
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.state import State
-from sopt.validation import check_float
+from sopt.validation import check_float, check_int
 
 
 class Simulator:
@@ -107,6 +107,19 @@ class Simulator:
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
         """The state one ``dt`` later (new arrays); ``control``: per-step inputs where the simulator takes them."""
         raise NotImplementedError
+
+    def steps(self, state: State, n: int) -> State:
+        """The state ``n * dt`` later, without control inputs; on a tape its gradient flows as through n steps.
+
+        The default calls :meth:`step` n times (n recorded calls, n dispatches or more). Simulators with a
+        fused multi-step kernel override it to run the n steps in one forward and one backward dispatch (the
+        host cost of a dispatch, ~10 us, would otherwise bound a long rollout); ``rollout`` uses it for every
+        stretch of steps with no observation, window cut or gradient-norm probe inside.
+        """
+        n = check_int(n, f"{type(self).__name__}.steps n", low=0)
+        for _ in range(n):
+            state = self.step(state)
+        return state
 
     def check_no_control(self, control: Any) -> None:
         """ValueError when ``control`` is given to a simulator whose step takes none."""

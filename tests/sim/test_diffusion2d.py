@@ -198,7 +198,7 @@ def test_fourier_mode_decays_by_the_exact_factor(boundary):
         state = sim.step(state)
         if n % 100 == 0:
             got = state.u.to_numpy().reshape(shape)
-            assert np.abs(got - factor ** n * u).max() <= 1e-5 * factor ** n, n
+            assert np.abs(got - factor ** n * u).max() <= 1e-4 * factor ** n, n   # float32 roundoff over 300 steps (CUDA FMAs: 5.6e-5)
     assert factor ** 300 < 0.5
 
 
