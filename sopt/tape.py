@@ -189,6 +189,9 @@ class Tape:
     """
 
     def __init__(self, encoder: spy.CommandEncoder | None = None) -> None:
+        # True on a tape whose backward never runs (a rollout's recompute-forward passes): a call may then skip
+        # saving what only its backward needs (a fused multi-step kernel's trajectory)
+        self.forward_only = False
         self._pool = Pool()
         self._outer_encoder = encoder
         self.encoder: spy.CommandEncoder | None = encoder

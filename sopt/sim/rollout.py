@@ -174,6 +174,8 @@ def rollout(sim: Simulator | StepFn, state: State, steps: int, *, budget: int | 
             raise ValueError("rollout: at holds a step twice")
     tape = tp.current_tape()
     run = _Rollout(tape, step_fn, state, steps, observe, observed, window, track_grad_norm, schedule)
+    if isinstance(sim, Simulator) and control is None:
+        run.steps_fn = lambda s, t, n: sim.steps(s, n)
     if tape is None:   # eager: nothing to differentiate, no memory to bound
         return run.run_eager()
     if len(schedule.segments) == 1:
@@ -235,6 +237,9 @@ class _Rollout:
         self.tape, self.step_fn, self.state0, self.steps = tape, step_fn, state, steps
         self.observe, self.observed, self.window, self.schedule = observe, observed, window, schedule
         self.traj = tp.new_tensor((len(observed),) + tuple(state[observe].shape)) if observed else None
+        # steps_fn(state, t, n): n steps in one call (Simulator.steps: fused simulators run them in one forward
+        # and one backward dispatch); None: one step_fn call per step
+        self.steps_fn: Callable[[State, int, int], State] | None = None
         self.norms = None
         if track and tape is not None:
             self.norms = tp.new_tensor((steps,), grads=False)
@@ -252,29 +257,50 @@ class _Rollout:
     def result(self, state: State) -> RolloutResult:
         return RolloutResult(state, self.traj, self.schedule, self.norms)
 
+    def stretch(self, t: int, end: int) -> int:
+        """How many steps from state t (at most to ``end``) can run as one call: none of the states strictly
+        between may be observed, cut by truncated BPTT or have its gradient norm probed."""
+        if self.steps_fn is None or self.norms is not None:
+            return 1
+        n = 1
+        while t + n < end and (t + n) not in self.observed and not self.cut_before(t + n):
+            n += 1
+        return n
+
+    def run(self, state: State, t: int, n: int) -> State:
+        """Steps t .. t + n - 1 from ``state`` (one Simulator.steps call when n > 1)."""
+        if n == 1:
+            return _checked(self.step_fn(state, t), state, t)
+        return _checked(self.steps_fn(state, t, n), state, t)
+
     # -- eager: no tape -------------------------------------------------------------------------------------------
     def run_eager(self) -> RolloutResult:
         from sopt import device as dev
-        state = self.state0
-        for t in range(self.steps + 1):
-            if t > 0:
-                state = _checked(self.step_fn(state, t - 1), state, t - 1)
+        state, t = self.state0, 0
+        while True:
             if t in self.observed:
                 enc = dev.get_device().create_command_encoder()
                 tp.copy_into(enc, state[self.observe], _row(self.traj, self.observed.index(t)))
                 dev.submit(enc)
-        return self.result(state)
+            if t == self.steps:
+                return self.result(state)
+            n = self.stretch(t, self.steps)
+            state = self.run(state, t, n)
+            t += n
 
     # -- every state stored on the tape ---------------------------------------------------------------------------
     def run_stored(self) -> RolloutResult:
-        tape, state = self.tape, self.state0
-        for t in range(self.steps + 1):
-            if t > 0:
-                if self.cut_before(t - 1):
-                    state = self._detach(tape, state)
-                state = _checked(self.step_fn(state, t - 1), state, t - 1)
-                if self.norms is not None:
-                    self._norm_probe(tape, state, t - 1)
+        tape, state, t = self.tape, self.state0, 0
+        if 0 in self.observed:
+            self._record_observation(tape, self.observed.index(0), state[self.observe])
+        while t < self.steps:
+            n = self.stretch(t, self.steps)
+            if self.cut_before(t):
+                state = self._detach(tape, state)
+            state = self.run(state, t, n)
+            t += n
+            if self.norms is not None:
+                self._norm_probe(tape, state, t - 1)
             if t in self.observed:
                 self._record_observation(tape, self.observed.index(t), state[self.observe])
         return self.result(state)
@@ -314,20 +340,25 @@ class _Rollout:
         state at each step in ``save`` is copied into its slot, and with ``outputs`` observed arrays go into the
         trajectory."""
         enc = self.tape.encoder
-        for t in range(a, b + 1):
+        t, turn = a, 0
+        while True:
             if t in save:
                 _copy_state(enc, save[t], state)
             if outputs and t in self.observed:
                 tp.copy_into(enc, state[self.observe], _row(self.traj, self.observed.index(t)))
             if t == b:
                 return state
-            child = self._child(("advance", t % 2))
+            n = self.stretch(t, b)
+            while any(s in save for s in range(t + 1, t + n)):   # a slot to fill inside: stop there
+                n -= 1
+            child = self._child(("advance", turn % 2))
             child.reset()
+            child.forward_only = True
             with child:
-                state = _checked(self.step_fn(state, t), state, t)
+                state = self.run(state, t, n)
             for node in child.nodes:
                 self.params.update((id(p), p) for p, _ in node.params)
-        return state
+            t, turn = t + n, turn + 1
 
     def run_remat(self) -> RolloutResult:
         tape = self.tape
@@ -376,19 +407,23 @@ class _Rollout:
         inner = self._child(("segment", depth))
         inner.reset()
         states = [start]
+        index = {a: 0}   # step -> position in states
         with inner:
-            s = start
-            for t in range(a, b):
+            s, t = start, a
+            while t < b:
                 if t > a and self.cut_before(t):
                     s = self._detach(inner, s)
-                s = _checked(self.step_fn(s, t), s, t)
+                n = self.stretch(t, b)
+                s = self.run(s, t, n)
+                t += n
+                index[t] = len(states)
                 states.append(s)
         seeds: list[tuple[spy.Tensor, Any]] = []
         if carry is not None and not (b < self.steps and self.cut_before(b)):
             seeds += list(zip(states[-1].arrays(), carry))
         for t in range(a + 1, b + 1):
             if t in self.observed:
-                seeds.append((states[t - a][self.observe], _row(self.traj.grad, self.observed.index(t))))
+                seeds.append((states[index[t]][self.observe], _row(self.traj.grad, self.observed.index(t))))
         enc = self.tape.encoder
         if seeds:
             inner.backward(grads=seeds)
@@ -396,7 +431,7 @@ class _Rollout:
         if a == 0 and 0 in self.observed:   # the initial state observed (later ones are seeded where they end a step)
             tp.add_into(enc, _row(self.traj.grad, self.observed.index(0)), grads[start.names().index(self.observe)])
         if self.norms is not None:
-            for t in range(a + 1, b + 1):
+            for t in range(a + 1, b + 1):   # norms tracked: one state per step
                 for arr in states[t - a].arrays():
                     inner.grad(arr)
                 _sum_squares(enc, states[t - a], self.norms, t - 1)
