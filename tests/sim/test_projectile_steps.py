@@ -61,17 +61,18 @@ def run(sim: Projectile, pieces: tuple[int, ...] | None, seeds: dict[str, np.nda
 
 
 @pytest.mark.parametrize("pieces", [(STEPS,), (SEGMENT, 1, STEPS - SEGMENT - 1)], ids=["one_call", "three_calls"])
-@pytest.mark.parametrize("dim,per_particle,ground", [(2, False, 0.0), (3, True, 0.1)], ids=["2d_shared", "3d_per_particle"])
+@pytest.mark.parametrize("dim,per_particle,ground", [(2, False, 0.0), (3, True, 0.1)],
+                         ids=["2d_shared", "3d_per_particle"])
 def test_fused_steps_equal_single_steps_in_state_and_every_gradient(pieces, dim, per_particle, ground):
-    """x0, v0 and every coefficient trainable; the scene bounces in every segment and particles come to rest
-    (the clamped contact) before the end. ``three_calls``: a call of exactly one segment (nothing saved), a
+    """x0, v0 and every coefficient trainable; particles bounce in the first two segments and rest on the
+    ground (the clamped contact) from the first segment to the end. ``three_calls``: a call of exactly one segment (nothing saved), a
     one-step call and a partial-segment call, gradients flowing through each call's input state."""
     n = 12
     x0, v0, values = scene(n, dim, per_particle, ground, seed=dim)
     want_x, want_v = rollout(x0, v0, Coefficients(**values, ground=ground), DT, STEPS, trajectory=True)
     bounces = np.diff(want_v[:, :, 1], axis=0) > 0            # (STEPS, n): a step that turned a particle upwards
     resting = (want_x[:, :, 1] == ground) & (want_v[:, :, 1] == 0.0)
-    assert bounces[:SEGMENT].any(axis=0).sum() >= 6 and bounces[2 * SEGMENT - 16:].any(axis=0).sum() >= 1
+    assert bounces[:SEGMENT].any(axis=0).sum() >= 6 and bounces[SEGMENT:2 * SEGMENT].any(axis=0).sum() >= 3
     assert resting[SEGMENT].sum() >= 3 and resting[-1].sum() >= 6
 
     rng = np.random.default_rng(dim)
