@@ -15,10 +15,11 @@ from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
-from sopt.validation import as_float32_array, check_float
+from sopt.validation import as_float32_array, check_float, check_int
 
 UP = 1                   # the "up" axis (y)
 STANDARD_GRAVITY = 9.81  # m/s^2
+SEGMENT = 32             # steps between the states Projectile.steps saves for its adjoint (~sqrt(1000))
 
 
 class Projectile(Simulator):
@@ -62,7 +63,8 @@ class Projectile(Simulator):
 
     Every coefficient and ``x0``, ``v0`` may be a :class:`sopt.Parameter` (trainable) or a constant; a
     Parameter's values are checked here, not again after an optimiser moves them. ``step`` records one
-    forward dispatch and, at ``tape.backward``, one adjoint dispatch (slang_lib/sim/projectile.slang).
+    forward dispatch and, at ``tape.backward``, one adjoint dispatch (slang_lib/sim/projectile.slang);
+    ``steps(state, n)`` records n steps as one forward and one adjoint dispatch.
     """
 
     state_names = ("x", "v")
@@ -93,7 +95,11 @@ class Projectile(Simulator):
         self._check_stability(v.numpy())
         self._forward_fn = function("sim/projectile", f"projectile_step<{dim}>")
         self._adjoint_fn = function("sim/projectile", f"projectile_step_adjoint<{dim}>")
-        self._no_grad = spy.Tensor.zeros(get_device(), (1, dim), "float")   # for a dL/dstate not wanted: never touched
+        self._steps_fn = function("sim/projectile", f"projectile_steps<{dim}>")
+        self._steps_adjoint_fn = function("sim/projectile", f"projectile_steps_adjoint<{dim},{SEGMENT}>")
+        device = get_device()
+        self._no_grad = spy.Tensor.zeros(device, (1, dim), "float")   # for a dL/dstate not wanted: never touched
+        self._no_starts = spy.Tensor.zeros(device, (1, 1, 2 * dim), "float")   # steps with nothing to save
 
     def _check_stability(self, v0: np.ndarray) -> None:
         """ValueError where dt * (c1 + 2 c2 u) >= 2 (the kick's linearisation grows), u bounding the speed."""
@@ -143,11 +149,53 @@ class Projectile(Simulator):
                    state.x.grad if want_dx else self._no_grad, int(want_dv),
                    state.v.grad if want_dv else self._no_grad)
 
-        coefficients = (self.gravity, self.linear_drag, self.drag, self.restitution)
-        params: list[Parameter] = [c.parameter for c in coefficients if c.parameter is not None]
         tp.record("Projectile.step", forward, backward, reads=[state.x, state.v], writes=[out.x, out.v],
-                  add_grads=[state.x, state.v], params=params)
+                  add_grads=[state.x, state.v], params=self._trainable())
         return out
+
+    def steps(self, state: State, n: int) -> State:
+        """The state ``n * dt`` later (new arrays): the same values and gradients as n calls of :meth:`step`,
+        in one forward dispatch now and one adjoint dispatch at ``tape.backward``.
+
+        The forward advances every particle n steps in registers. On a tape whose backward will need it, it
+        also saves the state (x, v) at steps SEGMENT, 2 SEGMENT, ... < n into a pooled array of shape
+        (ceil(n / SEGMENT) - 1, N, 2 dim) (24 bytes per particle and segment in 3D); the adjoint recomputes
+        each segment from its start and runs the per-step adjoint through it in reverse. Outside a tape it runs
+        at once and saves nothing. ``n = 0`` returns ``state`` itself.
+        """
+        n = check_int(n, "Projectile.steps n", low=0)
+        state = self.check_state(state, "Projectile.steps")
+        if n == 0:
+            return state
+        out = self.new_state()
+        grid = spy.grid((self.n,))
+        tape = tp.current_tape()
+        want_dx = tape is not None and tape.requires_grad(state.x)
+        want_dv = tape is not None and tape.requires_grad(state.v)
+        params = self._trainable()
+        save = tape is not None and (bool(params) or want_dx or want_dv)
+        rows = (n - 1) // SEGMENT   # segment starts after the input state
+        starts = tp.new_tensor((rows, self.n, 2 * self.dim), grads=False) if save and rows > 0 else self._no_starts
+
+        def forward(enc: spy.CommandEncoder) -> None:
+            launch(self._steps_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
+                   self._ground_arg(), n, SEGMENT, int(save), starts, out.x, out.v)
+
+        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
+            launch(self._steps_adjoint_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
+                   self._ground_arg(), n, starts, out.x.grad, out.v.grad, int(want_dx),
+                   state.x.grad if want_dx else self._no_grad, int(want_dv),
+                   state.v.grad if want_dv else self._no_grad)
+
+        tp.record(f"Projectile.steps({n})", forward, backward if save else None,
+                  reads=[state.x, state.v] + ([starts] if starts is not self._no_starts else []),
+                  writes=[out.x, out.v], add_grads=[state.x, state.v], params=params)
+        return out
+
+    def _trainable(self) -> list[Parameter]:
+        """The Parameters among the coefficients a step reads (what its adjoint adds gradients into)."""
+        coefficients = (self.gravity, self.linear_drag, self.drag, self.restitution)
+        return [c.parameter for c in coefficients if c.parameter is not None]
 
 
 def _particles(x0: Any) -> tuple[int, int]:
