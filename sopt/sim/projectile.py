@@ -173,7 +173,7 @@ class Projectile(Simulator):
         want_dx = tape is not None and tape.requires_grad(state.x)
         want_dv = tape is not None and tape.requires_grad(state.v)
         params = self._trainable()
-        save = tape is not None and (bool(params) or want_dx or want_dv)
+        save = tape is not None and not tape.forward_only and (bool(params) or want_dx or want_dv)
         rows = (n - 1) // SEGMENT   # segment starts after the input state
         starts = tp.new_tensor((rows, self.n, 2 * self.dim), grads=False) if save and rows > 0 else self._no_starts
 
