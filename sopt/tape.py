@@ -155,7 +155,7 @@ def _label(t: spy.Tensor) -> str:
 class _Node:
     """One recorded call: ``writes`` (outputs), ``add_grads`` / ``write_grads`` (arrays whose gradient the
     backward adds into / overwrites), ``params`` (Parameters read, with their version at record time),
-    ``always`` (a probe: its backward runs even when no gradient flows through it), ``saved`` ((key, version,
+    ``always`` (a probe: its backward runs even when no gradient flows through it), ``saved`` ((record, version,
     array) of what the backward reads)."""
 
     __slots__ = ("index", "name", "backward", "writes", "add_grads", "write_grads", "params", "always", "saved")
@@ -165,7 +165,7 @@ class _Node:
                  params: list[tuple[Parameter, int]], always: bool) -> None:
         self.index, self.name, self.backward, self.writes = index, name, backward, writes
         self.add_grads, self.write_grads, self.params, self.always = add_grads, write_grads, params, always
-        self.saved: list[tuple[tuple[int, int], int, spy.Tensor]] = []
+        self.saved: list[tuple[_Info, int, spy.Tensor]] = []
 
 
 class _Info:
@@ -197,7 +197,7 @@ class Tape:
         self.encoder: spy.CommandEncoder | None = encoder
         self.nodes: list[_Node] = []
         self._info: dict[tuple[int, int], _Info] = {}
-        self._keys: dict[int, tuple[int, int]] = {}
+        self._by_id: dict[int, _Info] = {}
         self._seen: list[spy.Tensor] = []
         self._recording = False
         self._submitted = False
@@ -230,7 +230,7 @@ class Tape:
             raise TapeError("reset() inside 'with tape:'")
         self.nodes = []
         self._info = {}
-        self._keys = {}
+        self._by_id = {}
         self._seen = []
         self._seeded = []
         self._pool.rewind()
@@ -264,27 +264,30 @@ class Tape:
         """Device bytes this tape (and its children) hold for outputs, saved arrays and gradients."""
         return self._pool.bytes + sum(c.pool_bytes for c in self._children.values())
 
-    def _key(self, t: spy.Tensor) -> tuple[int, int]:
-        # by object first: looking up a tensor's storage and offset costs two native calls (the tape keeps
-        # every tensor it saw alive until reset, so an id is not reused meanwhile)
-        k = self._keys.get(id(t))
-        if k is None:
-            k = self._keys[id(t)] = _key(t)
-            self._seen.append(t)
-        return k
-
     def _info_of(self, t: spy.Tensor) -> _Info:
-        k = self._key(t)
-        info = self._info.get(k)
+        # by object first: finding a tensor's storage and offset costs two native calls; views of the same
+        # memory share one _Info through that key (the tape keeps every tensor it saw alive until reset, so an
+        # id is not reused meanwhile)
+        info = self._by_id.get(id(t))
         if info is None:
-            info = self._info[k] = _Info()
-            info.requires_grad = t.grad_out is not None
+            k = _key(t)
+            info = self._info.get(k)
+            if info is None:
+                info = self._info[k] = _Info()
+                info.requires_grad = t.grad_out is not None
+            self._by_id[id(t)] = info
+            self._seen.append(t)
         return info
+
+    def _known(self, t: spy.Tensor) -> _Info | None:
+        """The tape's record of ``t``'s memory, or None when no call touched it (nothing is created)."""
+        info = self._by_id.get(id(t))
+        return info if info is not None else self._info.get(_key(t))
 
     def requires_grad(self, t: spy.Tensor) -> bool:
         """Whether a gradient can flow into ``t`` from this tape's calls' inputs: it was written by a call
         that reads a Parameter or such an array, or it is a leaf array carrying a gradient buffer."""
-        info = self._info.get(self._key(t))
+        info = self._known(t)
         if info is not None:
             return info.requires_grad
         return t.grad_out is not None
@@ -327,7 +330,7 @@ class Tape:
                     "output, or take one from sopt.tape.new_tensor), or record the step on a new tape.")
         for t in reads:
             info = self._info_of(t)
-            node.saved.append((self._key(t), info.version, t))
+            node.saved.append((info, info.version, t))
             if info.saved_by is None:
                 info.saved_by = node
         forward(self.encoder)
@@ -352,7 +355,7 @@ class Tape:
 
     def seeded_before(self, pred: spy.Tensor) -> bool:
         """Whether a loss already wrote into ``pred.grad`` on this tape (a second loss must add)."""
-        info = self._info.get(self._key(pred))
+        info = self._known(pred)
         return info is not None and info.grad_ready
 
     # -- backward ----------------------------------------------------------------------------------------------
@@ -437,10 +440,10 @@ class Tape:
 
     def _check_versions(self) -> None:
         for node in self.nodes:
-            for key, version, t in node.saved:
-                now = self._info[key].version
+            for info, version, t in node.saved:
+                now = info.version
                 if now != version:
-                    writer = self._info[key].producer
+                    writer = info.producer
                     raise TapeError(f"backward: {node.name} (call #{node.index}) saved an {_label(t)} at version "
                                     f"{version}, but {writer.name if writer else 'a later call'} overwrote it "
                                     f"(version {now}); its gradient would be wrong")
