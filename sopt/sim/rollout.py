@@ -9,7 +9,8 @@ backward (rematerialisation; Griewank's checkpointing, here in nested segments):
   its states stored), seeds that tape with the gradient arriving at the segment's end, runs its backward, and
   carries the gradient of the segment's first state to the previous segment.
 
-With k segments of length L, k + L <= B states are held; this needs B >= about 2 sqrt(T) and costs one extra
+With k segments of length L, k + L + 4 <= B states are held (the 4: the initial state, the returned final state and
+the two states the forward steps between); this needs B >= about 2 sqrt(T) + 4 and costs one extra
 forward pass. A smaller budget nests the scheme (segments of segments), one more forward pass per level, so
 memory stays within B for any T. Gradients equal the store-every-state run's up to float32 rounding (the same
 kernels run on the same values).
@@ -38,11 +39,17 @@ from sopt.validation import check_bool, check_int
 
 StepFn = Callable[[State, int], State]
 
+# States a recomputing rollout holds besides its slots and one segment's recomputed states: the copy of the final
+# state it returns, the two states its forward passes step between, and the copy of the initial state that
+# starts the first segment (its backward's gradient must not land in the caller's array directly).
+_EXTRA_STATES = 4
+
 
 @dataclass
 class Plan:
     """The recompute schedule of one rollout: the top level's ``segments`` ((start, end) step pairs), the most
-    states held at once (``peak_states``: slots plus one segment's recomputed states; T + 1 when storing all),
+    states held at once (``peak_states``: the initial state, slots, one segment's recomputed states, the returned
+    final state and the forward's two stepping states; T + 1 when storing all),
     and ``forward_steps``: steps run in total, forward and recomputation (T when storing all, about 2T for one
     level of segments, one more T per nesting level)."""
 
@@ -54,25 +61,28 @@ class Plan:
 
 
 @functools.lru_cache(maxsize=None)
-def _cost(n: int, room: int) -> tuple[float, int, int]:
-    """(steps run, states held, k) to backpropagate through n steps from a held start state with ``room`` more
-    states: n when they all fit (k = 1); else the best split into k segments (k - 1 slots for their starts, the
-    slots placed by stepping n - L steps, each segment of length <= L done with room - (k - 1)); inf if none."""
+def _cost(n: int, room: int) -> tuple[float, int, int, int]:
+    """(steps run, slots, leaf, k) to backpropagate through n steps from a held start state with ``room`` more
+    states: all n stored when they fit (0 slots, a leaf segment of n states, k = 1); else the best split into k
+    segments (k - 1 slots for their starts, placed by stepping n - L steps, each segment of length <= L done
+    with room - (k - 1)); inf if none. ``slots`` and ``leaf`` are maxima over the whole schedule: the slot stack
+    and the recompute tape each keep their largest size, so slots + leaf must fit in ``room``."""
     if n <= room:
-        return float(n), n, 1
-    best: tuple[float, int, int] = (math.inf, 0, 0)
+        return float(n), 0, n, 1
+    best: tuple[float, int, int, int] = (math.inf, 0, 0, 0)
     for k in range(2, min(n, room) + 1):
         length = -(-n // k)
         sub = room - (k - 1)
         if sub < 1:
             break
-        work, held, _ = _cost(length, sub)
-        last_work, last_held, _ = _cost(n - (k - 1) * length, sub)
-        if math.isinf(work):
+        work, slots, leaf, _ = _cost(length, sub)
+        last_work, last_slots, last_leaf, _ = _cost(n - (k - 1) * length, sub)
+        slots, leaf = max(slots, last_slots), max(leaf, last_leaf)
+        if math.isinf(work) or math.isinf(last_work) or slots + leaf > sub:
             continue
         total = (n - length) + (k - 1) * work + last_work
-        candidate = (total, k - 1 + max(held, last_held), k)
-        if candidate[:2] < best[:2]:
+        candidate = (total, k - 1 + slots, leaf, k)
+        if (candidate[0], candidate[1] + candidate[2]) < (best[0], best[1] + best[2]):
             best = candidate
     return best
 
@@ -80,7 +90,7 @@ def _cost(n: int, room: int) -> tuple[float, int, int]:
 def _split(a: int, b: int, room: int) -> list[tuple[int, int]] | None:
     """The segments of steps [a, b) chosen by :func:`_cost`, or None when all b - a states fit in ``room``."""
     n = b - a
-    k = _cost(n, room)[2]
+    k = _cost(n, room)[3]
     if k <= 1:
         return None
     length = -(-n // k)
@@ -93,17 +103,18 @@ def plan(steps: int, budget: int | None) -> Plan:
     if budget is None:
         return Plan(steps, None, [(0, steps)], steps + 1, steps)
     budget = check_int(budget, "rollout budget (states)", low=2)
-    work, held, k = _cost(steps, budget - 1)
+    if steps + 1 <= budget:
+        return Plan(steps, budget, [(0, steps)], steps + 1, steps)
+    room = budget - 1 - _EXTRA_STATES   # the initial state and the extras are held throughout
+    work, slots, leaf, k = _cost(steps, room) if room >= 1 else (math.inf, 0, 0, 0)
     if math.isinf(work):
         low = budget
-        while math.isinf(_cost(steps, low - 1)[0]):
+        while low - 1 - _EXTRA_STATES < 1 or math.isinf(_cost(steps, low - 1 - _EXTRA_STATES)[0]):
             low += 1
         raise ValueError(f"rollout budget {budget} states is too small for {steps} steps; allow at least {low}")
-    if k == 1:
-        return Plan(steps, budget, [(0, steps)], steps + 1, steps)
-    top = _split(0, steps, budget - 1)
+    top = _split(0, steps, room)
     # the forward pass itself places the top level's slots: no extra stepping for them
-    return Plan(steps, budget, top, 1 + held, steps + int(work) - (steps - (top[1][1] - top[1][0])))
+    return Plan(steps, budget, top, 1 + _EXTRA_STATES + slots + leaf, steps + int(work) - (steps - (top[1][1] - top[1][0])))
 
 
 @dataclass
@@ -156,9 +167,9 @@ def rollout(sim: Simulator | StepFn, state: State, steps: int, *, budget: int | 
     if budget_bytes is not None:
         budget_bytes = check_int(budget_bytes, "rollout budget_bytes", low=1)
         budget = budget_bytes // (2 * max(state.nbytes, 1))   # values and gradients
-        if budget < 3:
+        if budget < 2:
             raise ValueError(f"rollout budget_bytes={budget_bytes} holds {budget} state(s) of {2 * state.nbytes} "
-                             "bytes (values and gradients); at least 3 are needed")
+                             "bytes (values and gradients); at least 2 are needed")
     schedule = plan(steps, budget)
     observed: list[int] = []
     if observe is not None or at is not None:
@@ -373,7 +384,7 @@ class _Rollout:
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             carry = self._reverse(segments, [self._slot(i) for i in range(len(segments))],
-                                  self.schedule.budget - len(segments), [t.grad for t in final.arrays()],
+                                  self.schedule.budget - 1 - _EXTRA_STATES - (len(segments) - 1), [t.grad for t in final.arrays()],
                                   depth=0, top=len(segments))
             for g, t in zip(carry, self.state0.arrays()):
                 if tape.requires_grad(t):
@@ -404,7 +415,7 @@ class _Rollout:
         """Recompute steps a..b-1 from ``start`` on a child tape, seed its last state with ``carry`` (unless
         truncated BPTT cuts at b) and observed states with the trajectory's gradient, run its backward; returns
         dL/dstart."""
-        inner = self._child(("segment", depth))
+        inner = self._child("segment")   # one segment at a time, at any depth: one pool, sized by the longest
         inner.reset()
         states = [start]
         index = {a: 0}   # step -> position in states

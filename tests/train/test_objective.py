@@ -30,7 +30,7 @@ def _trainer(k: sopt.Parameter, observed: spy.Tensor, lr: float = 5.0, **kw) -> 
     sim, loss_fn = _cloth(k), MSELoss()
 
     def objective(tape: sopt.Tape, step: int):
-        final = rollout(sim, sim.initial_state(), STEPS, budget=10, track_grad_norm=True).state
+        final = rollout(sim, sim.initial_state(), STEPS, budget=14, track_grad_norm=True).state
         return loss_fn(final.x, observed)
     return Trainer(objective=objective, optimizer=Adam([k], lr=lr), progress=False, **kw)
 
