@@ -29,7 +29,7 @@ Frameworks (``--frameworks``):
 * ``torch``: benchmarks/physics_torch.py, vectorised eager PyTorch with autograd (CUDA when available);
 * ``warp``: benchmarks/physics_warp.py, Warp kernels and ``wp.Tape`` launched from Python;
 * ``warp_graph``: the same Warp iteration captured once with ``wp.ScopedCapture``, replayed with
-  ``wp.capture_launch`` (CUDA only).
+  ``wp.capture_launch`` (a CUDA graph; Warp 1.19 also records and replays one on the CPU, which the tests use).
 
 A framework that cannot be imported is reported "not installed" and skipped; an out-of-memory error is
 reported, not raised. Per case and framework: ms per iteration (forward rollout + backward, gradients zeroed
@@ -221,10 +221,18 @@ def _budget(small: bool, problem: Cloth, gib: float) -> int:
     return 8 * 2 * problem.state_bytes if small else int(gib * GIB)
 
 
+def _size(n: float) -> str:
+    """Bytes in GiB, MiB or KiB, whichever reads best."""
+    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n / 1024:.3g} KiB"
+
+
 def _store_all_note(p: Cloth) -> str:
     state = p.state_bytes
-    return (f"storing every state: (T + 1) x (x, v) with gradients = {(p.steps + 1) * 2 * state / GIB:.1f} GiB "
-            f"(sopt); Warp also keeps a force array per step: {((p.steps + 1) * 2 + p.steps) * state / GIB:.1f} GiB")
+    return (f"storing every state: (T + 1) x (x, v) with gradients = {_size((p.steps + 1) * 2 * state)} (sopt); "
+            f"Warp also keeps a force array per step: {_size(((p.steps + 1) * 2 + p.steps) * state)}")
 
 
 def make_cases(keys: list[str], small: bool, seed: int, budget_gib: float) -> list[Case]:
@@ -253,13 +261,13 @@ def make_cases(keys: list[str], small: bool, seed: int, budget_gib: float) -> li
             big, mid = cloth_case("C"), cloth_case("C512")
             big.problem = big.make()
             budget = _budget(small, big.problem, budget_gib)
-            big.title += f"; sopt within {budget / GIB:.3g} GiB, the others storing every state"
+            big.title += f"; sopt within {_size(budget)}, the others storing every state"
             big.variants = _all(budget)
             big.note = _store_all_note
             mid.key = "C512"
             mid.problem = mid.make()
             budget_mid = _budget(small, mid.problem, budget_gib)
-            mid.title += f"; sopt storing every state vs within {budget_mid / GIB:.3g} GiB"
+            mid.title += f"; sopt storing every state vs within {_size(budget_mid)}"
             mid.variants = [Variant("sopt", "sopt"), Variant("sopt_budget", "sopt", budget_mid)]
             mid.note = _store_all_note
             cases += [big, mid]
@@ -370,6 +378,7 @@ class Framework:
         pass
 
     def memory_peak(self, run: Any) -> int | None:
+        """Peak device bytes since :meth:`memory_start` (``run``: the case's run, None if building it failed)."""
         return None
 
     def cleanup(self) -> None:
@@ -395,8 +404,8 @@ class SoptFramework(Framework):
         tp.reset_peak_allocated_bytes()
         self._base = tp.allocated_bytes()
 
-    def memory_peak(self, run: SoptRun) -> int:
-        return tp.peak_allocated_bytes() - self._base + run.param_bytes
+    def memory_peak(self, run: SoptRun | None) -> int:
+        return tp.peak_allocated_bytes() - self._base + (run.param_bytes if run is not None else 0)
 
 
 class TorchFramework(Framework):
@@ -525,6 +534,7 @@ def measure(fw: Framework, case: Case, variant: Variant, repeats: int, warmup: i
             fw.sync()
             times.append(time.perf_counter() - start)
         row["_grads"] = run.gradients()
+        row["grad_scale"] = {name: float(np.abs(g).max()) for name, g in row["_grads"].items()}
         row["loss"] = run.loss()
         row["peak_bytes"] = fw.memory_peak(run)
         row["memory_how"] = fw.memory_how
@@ -533,6 +543,11 @@ def measure(fw: Framework, case: Case, variant: Variant, repeats: int, warmup: i
     except Exception as exc:   # noqa: BLE001 -- one framework's failure must not end the run
         if is_oom(exc):
             row["status"] = "OOM"
+            try:
+                row["peak_bytes"] = fw.memory_peak(run)   # reached before failing
+                row["memory_how"] = fw.memory_how
+            except Exception:   # noqa: BLE001 -- the peak is a courtesy; the row says OOM either way
+                pass
         else:
             row["status"] = "error"
             traceback.print_exc()
@@ -573,6 +588,8 @@ def print_case(case: Case, rows: list[dict[str, Any]], out: Callable[[str], None
     for r in rows:
         if r["status"] != "ok":
             detail = f" ({r['error']})" if "error" in r else ""
+            if r.get("peak_bytes") is not None:
+                detail += f", {_mib(r['peak_bytes'])} MiB in use when it failed"
             out(f"{r['framework']:<12} {r['status']}{detail}")
             continue
         lo, hi = min(r["ms_samples"]), max(r["ms_samples"])
@@ -580,7 +597,12 @@ def print_case(case: Case, rows: list[dict[str, Any]], out: Callable[[str], None
         flag = "  <-- DISAGREES (> 1e-3)" if r.get("grad_diff_max", 0.0) > GRAD_FLAG else ""
         out(f"{r['framework']:<12} {r['ms']:>10.2f} {f'({lo:.2f}..{hi:.2f})':>21} {_mib(r['peak_bytes']):>10} "
             f"{r['loss']:>12.6g} {diff:>18}  {r['memory_how']}{flag}")
-    speed = [f"{r['speedup_of_sopt']:.2f}x vs {r['framework']}" for r in rows if "speedup_of_sopt" in r]
+        if r.get("budget_bytes") and r.get("peak_bytes") is not None:
+            ratio = r["peak_bytes"] / r["budget_bytes"]
+            out(f"{'':<12} peak {_size(r['peak_bytes'])} = {ratio:.2f}x the budget of {_size(r['budget_bytes'])} "
+                f"({'within' if ratio <= 1 else 'OVER'})")
+    speed = [f"{r['speedup_of_sopt']:.2f}x vs {r['framework']}" for r in rows
+             if "speedup_of_sopt" in r and not r["framework"].startswith("sopt")]
     if speed:
         out("sopt speed-up (their ms / sopt's ms): " + ", ".join(speed))
     if case.key == "C512":
@@ -588,6 +610,24 @@ def print_case(case: Case, rows: list[dict[str, Any]], out: Callable[[str], None
         if "sopt" in ok and "sopt_budget" in ok:
             ratio = ok["sopt_budget"]["ms"] / ok["sopt"]["ms"]
             out(f"budgeted / store-all time: {ratio:.2f}x (target <= 1.5x: {'met' if ratio <= 1.5 else 'MISSED'})")
+
+
+def print_summary(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
+    """One line per case: ms per iteration of each framework (or its status), sopt's speed-ups."""
+    labels = list(dict.fromkeys(r["framework"] for r in rows))
+    out("\nsummary: ms per iteration (forward rollout + backward), peak MiB in brackets")
+    out(f"{'case':<6}" + "".join(f"{label:>22}" for label in labels))
+    for key in dict.fromkeys(r["case"] for r in rows):
+        cells = []
+        for label in labels:
+            r = next((r for r in rows if r["case"] == key and r["framework"] == label), None)
+            if r is None:
+                cells.append("")
+            elif r["status"] == "ok":
+                cells.append(f"{r['ms']:.2f} ({_mib(r['peak_bytes'])})")
+            else:
+                cells.append(r["status"] if len(r["status"]) <= 20 else r["status"][:17] + "...")
+        out(f"{key:<6}" + "".join(f"{c:>22}" for c in cells))
 
 
 def run(case_keys: list[str], framework_names: list[str], *, small: bool = False, repeats: int = 10,
@@ -614,6 +654,7 @@ def run(case_keys: list[str], framework_names: list[str], *, small: bool = False
         rows += case_rows
         case.problem = None   # C's arrays are large
         gc.collect()
+    print_summary(rows, out)
     return rows
 
 

@@ -13,7 +13,7 @@ Two ways to run one iteration (zero the gradients, forward rollout on a tape, ``
 * ``graph=False`` (framework ``warp``): the Python loop launches every kernel, forward and adjoint;
 * ``graph=True`` (``warp_graph``, Warp's fastest path): that same iteration is run once eagerly (kernel
   compilation), then captured once with ``wp.ScopedCapture`` and replayed with ``wp.capture_launch`` (one
-  CUDA-graph launch per iteration; CUDA devices only).
+  CUDA-graph launch per iteration; on the CPU Warp 1.19 records the launches and replays them).
 
 ``build(kind, problem, device, graph)`` returns a :class:`WarpRun`.
 """
@@ -291,7 +291,7 @@ BUILDERS = {"cloth": cloth, "projectile": projectile, "heat": heat}
 
 
 def build(kind: str, problem: Any, device: Any, graph: bool) -> WarpRun:
-    """The Warp run of a case of ``kind`` ("cloth", "projectile" or "heat"); ``graph``: replay a CUDA graph."""
+    """The Warp run of a case of ``kind`` ("cloth", "projectile" or "heat"); ``graph``: replay a captured graph."""
     return BUILDERS[kind](problem, device, graph)
 
 
