@@ -50,6 +50,7 @@ Run (from the repository root; sopt need not be installed):
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import math
@@ -216,9 +217,9 @@ def _all(sopt_budget: int | None = None) -> list[Variant]:
             Variant("warp_graph", "warp_graph")]
 
 
-def _budget(small: bool, problem: Cloth, gib: float) -> int:
-    """sopt's budget in bytes: ``gib`` GiB, or 8 states (values + gradients) at the small sizes."""
-    return 8 * 2 * problem.state_bytes if small else int(gib * GIB)
+def _budget(small: bool, nx: int, ny: int, gib: float) -> int:
+    """sopt's budget in bytes: ``gib`` GiB, or 8 cloth states (x, v with gradients) at the small sizes."""
+    return 8 * 2 * (2 * nx * ny * 3 * 4) if small else int(gib * GIB)
 
 
 def _size(n: float) -> str:
@@ -246,10 +247,10 @@ def make_cases(keys: list[str], small: bool, seed: int, budget_gib: float) -> li
 
     def cloth_case(key: str) -> Case:
         nx, ny, steps = sizes[key]
-        return Case(key, f"cloth {nx}x{ny} ({nx * ny} particles, "
-                         f"{(nx - 1) * ny + nx * (ny - 1) + 2 * (nx - 1) * (ny - 1)} springs), {steps} steps, dt 1e-3 s; "
+        springs = (nx - 1) * ny + nx * (ny - 1) + 2 * (nx - 1) * (ny - 1)
+        return Case(key, f"cloth {nx}x{ny} ({nx * ny} particles, {springs} springs), {steps} steps, dt 1e-3 s; "
                          "gradient w.r.t. the per-spring stiffness",
-                    lambda: cloth_problem(nx, ny, steps, seed), [])
+                    functools.partial(cloth_problem, nx, ny, steps, seed), [])
 
     cases = []
     for key in keys:
@@ -259,27 +260,25 @@ def make_cases(keys: list[str], small: bool, seed: int, budget_gib: float) -> li
             cases.append(case)
         elif key == "C":
             big, mid = cloth_case("C"), cloth_case("C512")
-            big.problem = big.make()
-            budget = _budget(small, big.problem, budget_gib)
+            budget = _budget(small, *sizes["C"][:2], budget_gib)
             big.title += f"; sopt within {_size(budget)}, the others storing every state"
             big.variants = _all(budget)
             big.note = _store_all_note
             mid.key = "C512"
-            mid.problem = mid.make()
-            budget_mid = _budget(small, mid.problem, budget_gib)
-            mid.title += f"; sopt storing every state vs within {_size(budget_mid)}"
-            mid.variants = [Variant("sopt", "sopt"), Variant("sopt_budget", "sopt", budget_mid)]
+            budget = _budget(small, *sizes["C512"][:2], budget_gib)
+            mid.title += f"; sopt storing every state vs within {_size(budget)}"
+            mid.variants = [Variant("sopt", "sopt"), Variant("sopt_budget", "sopt", budget)]
             mid.note = _store_all_note
             cases += [big, mid]
         elif key == "D":
             n, steps, dt = projectiles
             cases.append(Case("D", f"{n} projectiles with drag and ground contact, {steps} steps, dt {dt:g} s; "
                                    "gradient w.r.t. per-particle drag, restitution and v0",
-                              lambda: projectile_problem(n, steps, dt, seed), _all()))
+                              functools.partial(projectile_problem, n, steps, dt, seed), _all()))
         elif key == "E":
             h, w, steps = heat
             cases.append(Case("E", f"Diffusion2D {h}x{w}, {steps} steps; gradient w.r.t. the conductivity field",
-                              lambda: heat_problem(h, w, steps, seed), _all()))
+                              functools.partial(heat_problem, h, w, steps, seed), _all()))
         else:
             raise ValueError(f"--cases: unknown case {key!r}; allowed: {', '.join(CASE_KEYS)}")
     return cases
@@ -641,8 +640,7 @@ def run(case_keys: list[str], framework_names: list[str], *, small: bool = False
     rows: list[dict[str, Any]] = []
     for case in make_cases(case_keys, small, seed, budget_gib):
         out(f"\ncase {case.key}: {case.title}")
-        if case.problem is None:
-            case.problem = case.make()
+        case.problem = case.make()
         if case.note is not None:
             out(case.note(case.problem))
         case_rows = [measure(frameworks[v.framework], case, v, repeats, warmup)

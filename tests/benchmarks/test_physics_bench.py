@@ -129,3 +129,15 @@ def test_cloth_problem_matches_spring_system_cloth() -> None:
     assert problem.springs.shape[0] == 4 * 4 + 5 * 3 + 2 * 4 * 3
     assert physics.cloth_problem(32, 32, 1, seed=0).springs.shape[0] == 3906
     assert physics.cloth_problem(128, 128, 1, seed=0).springs.shape[0] == 64770
+
+
+def test_cases_build_the_problems_they_announce() -> None:
+    """Full sizes as the issue sets them (read off the builders, nothing built), and at --small each case's
+    problem has its own steps (D's builder must not pick up E's step count)."""
+    full = {c.key: c.make.args[:3] for c in physics.make_cases(list(physics.CASE_KEYS), False, 0, 4.0)}
+    assert full == {"A": (32, 32, 1000), "B": (128, 128, 1000), "C": (1024, 1024, 1000), "C512": (512, 512, 1000),
+                    "D": (65536, 1000, 1e-3), "E": (512, 512, 2000)}
+    budgets = {c.key: [v.budget_bytes for v in c.variants] for c in physics.make_cases(["C"], False, 0, 4.0)}
+    assert budgets == {"C": [4 << 30, None, None, None], "C512": [None, 4 << 30]}
+    small = {c.key: c.make() for c in physics.make_cases(["D", "E"], True, 0, 4.0)}
+    assert (small["D"].steps, small["D"].x0.shape, small["E"].steps, small["E"].u0.shape) == (60, (64, 2), 30, (12, 10))
