@@ -141,3 +141,21 @@ def test_cases_build_the_problems_they_announce() -> None:
     assert budgets == {"C": [4 << 30, None, None, None], "C512": [None, 4 << 30]}
     small = {c.key: c.make() for c in physics.make_cases(["D", "E"], True, 0, 4.0)}
     assert (small["D"].steps, small["D"].x0.shape, small["E"].steps, small["E"].u0.shape) == (60, (64, 2), 30, (12, 10))
+
+
+def test_compare_gives_gradient_differences_speed_ups_and_targets() -> None:
+    def row(framework: str, ms: float, grad: list[float]) -> dict:
+        return {"case": "A", "framework": framework, "status": "ok", "ms": ms, "_grads": {"k": np.array(grad)}}
+
+    rows = [row("torch", 150.0, [1.0, -2.002]), row("sopt", 2.0, [1.0, -2.0]), row("warp_graph", 1.0, [1.0, -2.0]),
+            {"case": "A", "framework": "warp", "status": "OOM"}]
+    physics.compare(rows, judge=True)
+    torch_row, _, graph_row, oom_row = rows
+    assert torch_row["grad_diff"]["k"] == pytest.approx(0.002 / 2.0)
+    assert torch_row["speedup_of_sopt"] == pytest.approx(75.0) and torch_row["target_met"]   # target 50x
+    assert graph_row["grad_diff_max"] == 0.0
+    assert graph_row["speedup_of_sopt"] == pytest.approx(0.5) and not graph_row["target_met"]   # target 1x
+    assert "speedup_of_sopt" not in oom_row
+    fresh = [row("sopt", 2.0, [1.0]), row("torch", 150.0, [1.0])]
+    physics.compare(fresh, judge=False)   # --small: no verdicts
+    assert "target_met" not in fresh[1] and fresh[1]["speedup_of_sopt"] == pytest.approx(75.0)
