@@ -23,7 +23,9 @@ flows through toi (into the horizontal position of the impact).
 
 GPU work: the forward step is one dispatch (one thread per particle gathering over its springs from a CSR
 adjacency built once on the host: no float atomics). The adjoint is two dispatches without ground (per
-spring, then per particle) and three with it (a per-particle pass first, for the contact).
+spring, then per particle) and three with it (a per-particle pass first, for the contact). ``steps(state, n)``
+runs n steps in one forward and one adjoint dispatch, each a single thread group looping over the steps
+(sopt/sim/spring_system_steps.py; systems without actuators).
 """
 
 from __future__ import annotations

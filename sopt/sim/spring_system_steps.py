@@ -40,6 +40,7 @@ SHARED_CAPACITY = 1024          # spring_system_steps.slang's SHARED_CAPACITY (p
 THREAD_CHOICES = (64, 256, 1024)
 MAX_ELEMENTS = 2**31 - 1        # int32 element offsets in the kernel
 
+_COEFFICIENTS = ("stiffness", "damping", "rest_length", "mass", "gravity")
 _kernels: dict[tuple[str, int, int, int], spy.ComputeKernel] = {}
 
 
@@ -137,7 +138,8 @@ class FusedSpringSteps:
         tape = tp.current_tape()
         want_x = tape is not None and x.grad_out is not None and tape.requires_grad(x)
         want_v = tape is not None and v.grad_out is not None and tape.requires_grad(v)
-        params = list({id(c.parameter): c.parameter for c in sim._coefficients.values()
+        coefficients_of = {name: sim.coefficient(name) for name in _COEFFICIENTS}
+        params = list({id(c.parameter): c.parameter for c in coefficients_of.values()
                        if c.parameter is not None}.values())
         backprop = tape is not None and bool(params or want_x or want_v)
         parts = 3 if backprop and sim.ground is not None else 2
@@ -158,8 +160,7 @@ class FusedSpringSteps:
             """Offsets and buffers of the coefficient values (fetched when recorded: a Parameter's view moves)."""
             offsets: dict[str, Any] = {}
             buffers: dict[str, Any] = {}
-            for name in ("stiffness", "damping", "rest_length", "mass", "gravity"):
-                c = sim._coefficients[name]
+            for name, c in coefficients_of.items():
                 values = c.values
                 offsets[name] = int(values.offset)
                 if name != "gravity":
@@ -186,8 +187,7 @@ class FusedSpringSteps:
                 g = t.grad if flag else dummy(1)
                 args[f"g{name}_in"], args[f"want_{name}"] = int(g.offset), int(flag)
                 grads[f"steps_g{name}_in"] = g.storage
-            for name in ("stiffness", "damping", "rest_length", "mass", "gravity"):
-                c = sim._coefficients[name]
+            for name, c in coefficients_of.items():
                 args[f"g_{name}"] = int(c.grad.offset)
                 args[f"{name}_mode"] = (2 if c.trainable else 0) if name == "gravity" else _mode(c)
                 grads[f"steps_g_{name}"] = c.grad.storage
