@@ -1,10 +1,13 @@
 """FusedSpringSteps: n steps of a :class:`~sopt.sim.SpringSystem` in one forward dispatch and one adjoint
 dispatch (kernels in slang_lib/sim/spring_system_steps.slang); ``SpringSystem.steps`` runs through it.
 
-Each dispatch is ONE thread group of T threads (64, 256 or 1024: the smallest that gives every particle its
-own thread, at most 1024) that loops over the steps with group barriers; threads loop over the particles with
-stride T, so any size runs. When N <= T the state a step reads sits in groupshared memory (x, v and, in the
-adjoint, dL/dF: 3 N D floats, at most 36 KB), else in global memory (L2-resident on a GPU).
+Each dispatch is ONE thread group that loops over the steps with group barriers; its T threads loop over the
+particles with stride T, so any size runs. T is the smallest of 64, 256, 512, 1024 that gives every particle
+its own thread, capped at 1024 for the forward and 512 for the adjoint: Slang emits no launch bounds for CUDA,
+so a group of T threads launches only if the kernel needs at most 65536 / T registers per thread: the adjoint
+needs up to 64 at D = 3, no margin below a 1024-thread group's 64 (the forward 48; see the .slang file). When N <= 1024 the state a step reads sits
+in groupshared memory (x, v and, in the adjoint, dL/dF: 3 N D floats, at most 36 KB), else in global memory
+(L2-resident on a GPU).
 
 What the adjoint needs: the forward keeps the state before every step, x_t and v_t (and with ground the net
 spring force F_t, from which the contact's adjoint recomputes the pre-contact velocity), in one pooled array
@@ -16,8 +19,7 @@ benchmark sizes; runs longer than 2^31 elements of that array are split into sev
 Gradients: per-spring and per-particle coefficients are added into their own address by the one thread that
 owns the element (the lower-index end of a spring, a particle's thread), every step, without atomics; shared
 coefficients and gravity are summed per thread over all steps, then over the group (a fixed tree), and added
-once. Outside a tape the forward runs at once and keeps only two states (a ping-pong), or none in
-groupshared memory.
+once. Outside a tape the forward runs at once and keeps only two states (a ping-pong).
 """
 
 from __future__ import annotations
@@ -37,16 +39,17 @@ if TYPE_CHECKING:
 
 _MODULE = "sim/spring_system_steps"
 SHARED_CAPACITY = 1024          # spring_system_steps.slang's SHARED_CAPACITY (particles)
-THREAD_CHOICES = (64, 256, 1024)
+THREAD_CHOICES = (64, 256, 512, 1024)
+MAX_THREADS = {"forward": 1024, "backward": 512}   # by register use (see the module docstring)
 MAX_ELEMENTS = 2**31 - 1        # int32 element offsets in the kernel
 
 _COEFFICIENTS = ("stiffness", "damping", "rest_length", "mass", "gravity")
 _kernels: dict[tuple[str, int, int, int], spy.ComputeKernel] = {}
 
 
-def threads_for(n_particles: int) -> int:
-    """The group size for ``n_particles``: the smallest of 64, 256, 1024 that is >= N, else 1024."""
-    return next((t for t in THREAD_CHOICES if t >= n_particles), THREAD_CHOICES[-1])
+def threads_for(n_particles: int, limit: int) -> int:
+    """The group size for ``n_particles``: the smallest of THREAD_CHOICES that is >= N, at most ``limit``."""
+    return next((t for t in THREAD_CHOICES if t >= min(n_particles, limit)), limit)
 
 
 def _kernel(which: str, dim: int, threads: int, shared: bool) -> spy.ComputeKernel:
@@ -74,9 +77,9 @@ def _mode(c: Any) -> int:
 class FusedSpringSteps:
     """The fused multi-step run of one SpringSystem (no actuators).
 
-    ``threads`` (the group size) and ``shared`` (groupshared layout, allowed when every particle has its own
-    thread) are chosen from the particle count; they may be set to other allowed values (tests run the strided
-    global-memory layout on small systems that way).
+    ``threads`` ({"forward": T, "backward": T}, the group sizes) and ``shared`` (the groupshared layout, allowed
+    for N <= SHARED_CAPACITY) are chosen from the particle count; they may be set to other allowed values (tests
+    run several particles per thread on small systems that way).
     """
 
     def __init__(self, sim: "SpringSystem") -> None:
@@ -84,8 +87,8 @@ class FusedSpringSteps:
             raise ValueError(f"FusedSpringSteps: the system has {sim.n_actuators} actuator(s), which need a per-step "
                              "control; use SpringSystem.step")
         self.sim = sim
-        self.threads = threads_for(sim.n_particles)
-        self.shared = sim.n_particles <= min(self.threads, SHARED_CAPACITY)
+        self.threads = {which: threads_for(sim.n_particles, limit) for which, limit in MAX_THREADS.items()}
+        self.shared = sim.n_particles <= SHARED_CAPACITY
         topo = sim.topology_host
         n = sim.n_particles
         packed = np.concatenate([topo["offsets"], topo["incident"].ravel(), topo["pinned"]]).astype(np.int32)
@@ -96,24 +99,27 @@ class FusedSpringSteps:
             data=packed)
         self._bound: dict[tuple[str, int, int], dev.BoundKernel] = {}
         self._scratch: spy.Tensor | None = None      # adjoint: G (N, 2 dim), dL/dF (N, dim); reused every call
-        self._ping_pong: spy.Tensor | None = None    # eager global layout: two states
+        self._ping_pong: spy.Tensor | None = None    # outside a tape: two states
 
     def _check_layout(self) -> None:
-        n = self.sim.n_particles
-        if self.threads not in THREAD_CHOICES:
-            raise ValueError(f"FusedSpringSteps threads = {self.threads!r}; allowed are {THREAD_CHOICES}")
-        if self.shared and n > min(self.threads, SHARED_CAPACITY):
-            raise ValueError(f"FusedSpringSteps shared = True needs N <= threads and N <= {SHARED_CAPACITY}; "
-                             f"N = {n}, threads = {self.threads}")
+        for which, limit in MAX_THREADS.items():
+            t = self.threads.get(which)
+            if t not in THREAD_CHOICES or t > limit:
+                allowed = tuple(c for c in THREAD_CHOICES if c <= limit)
+                raise ValueError(f"FusedSpringSteps threads[{which!r}] = {t!r}; allowed are {allowed}")
+        if self.shared and self.sim.n_particles > SHARED_CAPACITY:
+            raise ValueError(f"FusedSpringSteps shared = True needs N <= {SHARED_CAPACITY}, got N = "
+                             f"{self.sim.n_particles}")
 
-    def _kernel(self, which: str) -> dev.BoundKernel:
-        key = (which, self.threads, int(self.shared))
+    def _kernel(self, which: str) -> tuple[dev.BoundKernel, int]:
+        """The bound kernel ``which`` of the current layout, and its group size."""
+        threads = self.threads[which]
+        key = (which, threads, int(self.shared))
         bound = self._bound.get(key)
         if bound is None:
-            bound = dev.BoundKernel(_kernel(which, self.sim.dim, self.threads, self.shared),
-                                    steps_topology=self._topology)
+            bound = dev.BoundKernel(_kernel(which, self.sim.dim, threads, self.shared), steps_topology=self._topology)
             self._bound[key] = bound
-        return bound
+        return bound, threads
 
     def max_steps_per_call(self, parts: int) -> int:
         """Steps whose saved states (n, parts, N, dim) stay within int32 element offsets."""
@@ -145,8 +151,6 @@ class FusedSpringSteps:
         parts = 3 if backprop and sim.ground is not None else 2
         if backprop:
             saved, rows = tp.new_tensor((n, parts, count, dim), grads=False), n
-        elif self.shared:
-            saved, rows = dummy(1), 1   # the state stays in groupshared memory
         else:
             if self._ping_pong is None:
                 self._ping_pong = spy.Tensor.zeros(dev.get_device(), (2, 2, count, dim), "float")
@@ -172,9 +176,10 @@ class FusedSpringSteps:
             offsets, buffers = coefficients()
             args = {**base, **offsets, "x_in": int(x.offset), "v_in": int(v.offset), "x_out": int(out.x.offset),
                     "v_out": int(out.v.offset)}
-            self._kernel("forward").set(
-                steps_args=_full_args(args), steps_x_in=x.storage, steps_v_in=v.storage, steps_x_out=out.x.storage,
-                steps_v_out=out.v.storage, steps_saved=saved.storage, **buffers).dispatch(self.threads, enc)
+            kernel, threads = self._kernel("forward")
+            kernel.set(steps_args=_full_args(args), steps_x_in=x.storage, steps_v_in=v.storage,
+                       steps_x_out=out.x.storage, steps_v_out=out.v.storage, steps_saved=saved.storage,
+                       **buffers).dispatch(threads, enc)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             if self._scratch is None:
@@ -191,10 +196,10 @@ class FusedSpringSteps:
                 args[f"g_{name}"] = int(c.grad.offset)
                 args[f"{name}_mode"] = (2 if c.trainable else 0) if name == "gravity" else _mode(c)
                 grads[f"steps_g_{name}"] = c.grad.storage
-            self._kernel("backward").set(
-                steps_args=_full_args(args), steps_saved=saved.storage, steps_scratch=self._scratch.storage,
-                steps_gx_out=out.x.grad.storage, steps_gv_out=out.v.grad.storage, **buffers,
-                **grads).dispatch(self.threads, enc)
+            kernel, threads = self._kernel("backward")
+            kernel.set(steps_args=_full_args(args), steps_saved=saved.storage, steps_scratch=self._scratch.storage,
+                       steps_gx_out=out.x.grad.storage, steps_gv_out=out.v.grad.storage, **buffers,
+                       **grads).dispatch(threads, enc)
 
         add_grads = [t for t, want in ((x, want_x), (v, want_v)) if want]
         tp.record(f"{type(sim).__name__}.steps", forward, backward if backprop else None, writes=out.arrays(),

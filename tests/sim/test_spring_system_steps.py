@@ -84,10 +84,10 @@ def cloth3d_per_element_ground_pinned(rng: np.random.Generator) -> SpringSystem:
                         pinned=[8], ground=0.0, dt=2e-3)
 
 
-def cloth3d_strided_global(rng: np.random.Generator) -> SpringSystem:
-    """9 x 9 cloth (81 particles) on 64 threads in global memory: each thread loops over up to two particles.
-    Mixed coefficients: per-spring stiffness, shared damping, constant rest length and mass, trainable gravity;
-    top corners pinned; the bottom rows land on the ground."""
+def cloth3d_strided(rng: np.random.Generator, shared: bool) -> SpringSystem:
+    """9 x 9 cloth (81 particles) on groups of 64 threads: each thread loops over up to two particles. Mixed
+    coefficients: per-spring stiffness, shared damping, constant rest length and mass, trainable gravity; top
+    corners pinned; the bottom rows land on the ground."""
     base = SpringSystem.cloth(9, 9, 0.05, dim=3, origin=(0.0, 0.003, 0.0), pin="top_corners", stiffness=1.0,
                               dt=1e-3)
     n, s_count = base.n_particles, base.n_springs
@@ -98,8 +98,8 @@ def cloth3d_strided_global(rng: np.random.Generator) -> SpringSystem:
                        mass=0.02, gravity=P([0.0, -9.81, 0.2], name="g"), pinned=base.pinned_mask, ground=0.0,
                        dt=1e-3)
     fused = sim.fused_steps
-    assert (fused.threads, fused.shared) == (256, True)   # the automatic choice for 81 particles
-    fused.threads, fused.shared = 64, False
+    assert (fused.threads, fused.shared) == ({"forward": 256, "backward": 256}, True)   # the automatic choice
+    fused.threads, fused.shared = {"forward": 64, "backward": 64}, shared
     return sim
 
 
@@ -109,7 +109,8 @@ CONFIGS: dict[str, tuple[Callable[[np.random.Generator], SpringSystem], int, lis
     "cloth3d_per_element_ground_pinned": (cloth3d_per_element_ground_pinned, 15, None),
     "cloth3d_shared_ground_pinned": (lambda rng: cloth3d_shared_ground(rng)[0], 15, [4, 11]),
     "triangle2d_landing": (lambda rng: triangle2d_landing(rng)[0], 40, None),
-    "cloth3d_strided_global": (cloth3d_strided_global, 10, None),
+    "cloth3d_strided_shared": (lambda rng: cloth3d_strided(rng, True), 10, None),
+    "cloth3d_strided_global": (lambda rng: cloth3d_strided(rng, False), 10, [3, 7]),
 }
 
 
@@ -124,8 +125,8 @@ def test_fused_steps_equal_single_steps(config: str) -> None:
 
 
 def test_more_particles_than_threads_40x40() -> None:
-    """1600 particles on the 1024 threads of the automatic choice (global memory): particle i >= 1024 is the
-    second particle of thread i - 1024."""
+    """1600 particles (global memory) on the automatic groups: 1024 threads forward (thread i also steps particle
+    i + 1024 when there is one), 512 in the adjoint (up to four particles each)."""
     rng = np.random.default_rng(3)
     base = SpringSystem.cloth(40, 40, 0.02, dim=3, pin="top_row", stiffness=1.0, dt=1e-3)
     x0 = base.coefficient("x0").numpy() + rng.normal(0, 0.002, (base.n_particles, 3))
@@ -133,7 +134,7 @@ def test_more_particles_than_threads_40x40() -> None:
                        stiffness=P(rng.uniform(50, 100, base.n_springs), name="k"), damping=P([0.05], name="c"),
                        mass=P([0.01], name="m"), gravity=(0.3, -9.81, 0.5), pinned=base.pinned_mask, dt=1e-3)
     fused = sim.fused_steps
-    assert sim.n_particles == 1600 and (fused.threads, fused.shared) == (1024, False)
+    assert sim.n_particles == 1600 and (fused.threads, fused.shared) == ({"forward": 1024, "backward": 512}, False)
     compare_with_steps(sim, 3)
 
 
@@ -212,6 +213,11 @@ def test_steps_arguments() -> None:
     actuated = SpringSystem.chain(3, 1.0, stiffness=50.0, actuators=[1], dt=1e-3)
     with pytest.raises(ValueError, match=r"has 1 actuator\(s\); pass a \(1,\) control"):
         actuated.steps(actuated.initial_state(), 3)   # the per-step path, which needs a control
-    sim.fused_steps.threads = 100
-    with pytest.raises(ValueError, match=r"threads = 100; allowed are \(64, 256, 1024\)"):
+    sim.fused_steps.threads = {"forward": 1024, "backward": 1024}
+    with pytest.raises(ValueError, match=r"threads\['backward'\] = 1024; allowed are \(64, 256, 512\)"):
         sim.steps(s, 2)
+    sim.fused_steps.threads = {"forward": 1024, "backward": 512}
+    big = SpringSystem.cloth(33, 32, 0.02, stiffness=50.0, dt=1e-3)
+    big.fused_steps.shared = True
+    with pytest.raises(ValueError, match=r"shared = True needs N <= 1024, got N = 1056"):
+        big.steps(big.initial_state(), 1)
