@@ -23,7 +23,9 @@ flows through toi (into the horizontal position of the impact).
 
 GPU work: the forward step is one dispatch (one thread per particle gathering over its springs from a CSR
 adjacency built once on the host: no float atomics). The adjoint is two dispatches without ground (per
-spring, then per particle) and three with it (a per-particle pass first, for the contact).
+spring, then per particle) and three with it (a per-particle pass first, for the contact). ``steps(state, n)``
+runs n steps in one forward and one adjoint dispatch, each a single thread group looping over the steps
+(sopt/sim/spring_system_steps.py; systems without actuators).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from sopt.nn.kernels import function, launch
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.simulator import Simulator
+from sopt.sim.spring_system_steps import FusedSpringSteps
 from sopt.sim.state import State
 from sopt.validation import as_float32_array, as_real_array, check_choice, check_float, check_int
 
@@ -158,19 +161,20 @@ class SpringSystem(Simulator):
         actuator_of = np.full(s_count, -1, np.int64)
         actuator_of[self.actuators] = np.arange(self.actuators.size)
 
-        def ints(a: np.ndarray) -> spy.Tensor:
-            return spy.Tensor.from_numpy(device, np.ascontiguousarray(a, np.int32))
-
-        self._topology = {
-            "springs": ints(ordered),
-            "offsets": ints(offsets),
-            "incident": ints(np.stack([spring_of[order], others[order]], axis=1)),
-            "pinned": ints(self.pinned_mask.astype(np.int32)),
-            "actuator": ints(actuator_of),
+        # host copies (int32) of the adjacency: the fused multi-step kernel packs them into one buffer
+        self.topology_host = {
+            "springs": ordered.astype(np.int32),
+            "offsets": offsets.astype(np.int32),
+            "incident": np.stack([spring_of[order], others[order]], axis=1).astype(np.int32),
+            "pinned": self.pinned_mask.astype(np.int32),
+            "actuator": actuator_of.astype(np.int32),
         }
+        self._topology = {name: spy.Tensor.from_numpy(device, np.ascontiguousarray(a))
+                          for name, a in self.topology_host.items()}
         self._step_fn = function(_MODULE, f"spring_step<{dim}>")
         self._spring_bar: spy.Tensor | None = None   # (S, 3 dim) adjoint scratch, reused every step
         self._force_bar: spy.Tensor | None = None    # (N, dim) dL/dF scratch (ground only)
+        self._fused: FusedSpringSteps | None = None  # the multi-step kernels, made at the first steps()
 
     # -- construction helpers ----------------------------------------------------------------------------------
     @staticmethod
@@ -401,3 +405,21 @@ class SpringSystem(Simulator):
         tp.record(f"{type(self).__name__}.step", forward, backward, reads=reads, writes=out.arrays(),
                   add_grads=add_grads, params=list({id(p): p for p in params}.values()))
         return out
+
+    @property
+    def fused_steps(self) -> FusedSpringSteps:
+        """The fused multi-step runner :meth:`steps` uses (its ``threads`` and ``shared`` pick the kernel variant)."""
+        if self._fused is None:
+            self._fused = FusedSpringSteps(self)
+        return self._fused
+
+    def steps(self, state: State, n: int) -> State:
+        """The state ``n * dt`` later, as n calls of :meth:`step`, in ONE forward dispatch (one thread group
+        looping over the steps) and, on a tape, ONE adjoint dispatch (sopt/sim/spring_system_steps.py); the
+        forward keeps every step's state for the adjoint. Systems with actuators take the per-step path (n calls
+        of step, which needs a control: so it raises). ``n = 0`` returns ``state`` itself."""
+        n = check_int(n, f"{type(self).__name__}.steps n", low=0)
+        if self.n_actuators or n == 0:
+            return super().steps(state, n)   # actuators: step() asks for the control it needs
+        state = self.check_state(state, f"{type(self).__name__}.steps")
+        return self.fused_steps.run(state, n)

@@ -1,0 +1,221 @@
+"""FusedSpringSteps: n steps of a :class:`~sopt.sim.SpringSystem` in one forward dispatch and one adjoint
+dispatch (kernels in slang_lib/sim/spring_system_steps.slang); ``SpringSystem.steps`` runs through it.
+
+Each dispatch is ONE thread group that loops over the steps with group barriers; its T threads loop over the
+particles with stride T, so any size runs. T is the smallest of 64, 256, 512, 1024 that gives every particle
+its own thread, capped at 1024 for the forward and 512 for the adjoint: Slang emits no launch bounds for CUDA,
+so a group of T threads launches only if the kernel needs at most 65536 / T registers per thread: the adjoint
+needs up to 64 at D = 3, no margin below a 1024-thread group's 64 (the forward 48; see the .slang file). When N <= 1024 the state a step reads sits
+in groupshared memory (x, v and, in the adjoint, dL/dF: 3 N D floats, at most 36 KB), else in global memory
+(L2-resident on a GPU).
+
+What the adjoint needs: the forward keeps the state before every step, x_t and v_t (and with ground the net
+spring force F_t, from which the contact's adjoint recomputes the pre-contact velocity), in one pooled array
+of shape (n, 2 or 3, N, dim): 4 n N dim (2 or 3) bytes, e.g. 24 MB for 1000 steps of a 32 x 32 cloth, 393 MB
+for a 128 x 128 one. Storing every state rather than every k-th plus a recompute keeps the adjoint to one
+pass per step (a recompute would add a forward gather per step) at a memory cost that fits a GPU for the
+benchmark sizes; runs longer than 2^31 elements of that array are split into several fused calls.
+
+Gradients: per-spring and per-particle coefficients are added into their own address by the one thread that
+owns the element (the lower-index end of a spring, a particle's thread), every step, without atomics; shared
+coefficients and gravity are summed per thread over all steps, then over the group (a fixed tree), and added
+once. Outside a tape the forward runs at once and keeps only two states (a ping-pong).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import slangpy as spy
+
+from sopt import device as dev
+from sopt import tape as tp
+from sopt.nn.batch import dummy
+from sopt.sim.state import State
+
+if TYPE_CHECKING:
+    from sopt.sim.spring_system import SpringSystem
+
+_MODULE = "sim/spring_system_steps"
+SHARED_CAPACITY = 1024          # spring_system_steps.slang's SHARED_CAPACITY (particles)
+THREAD_CHOICES = (64, 256, 512, 1024)
+MAX_THREADS = {"forward": 1024, "backward": 512}   # by register use (see the module docstring)
+MAX_ELEMENTS = 2**31 - 1        # int32 element offsets in the kernel
+
+_COEFFICIENTS = ("stiffness", "damping", "rest_length", "mass", "gravity")
+_kernels: dict[tuple[str, int, int, int], spy.ComputeKernel] = {}
+
+
+def threads_for(n_particles: int, limit: int) -> int:
+    """The group size for ``n_particles``: the smallest of THREAD_CHOICES that is >= N, at most ``limit``."""
+    return next((t for t in THREAD_CHOICES if t >= min(n_particles, limit)), limit)
+
+
+def _kernel(which: str, dim: int, threads: int, shared: bool) -> spy.ComputeKernel:
+    """The compute kernel ``spring_steps_<which><dim, threads, shared>`` (``which``: forward or backward)."""
+    key = (which, dim, threads, int(shared))
+    kernel = _kernels.get(key)
+    if kernel is None:
+        name = f"spring_steps_{which}_{dim}_{threads}_{int(shared)}"
+        source = (f'import {_MODULE.replace("/", ".")};\n[shader("compute")]\n[numthreads({threads}, 1, 1)]\n'
+                  f"void {name}(uint lane: SV_GroupIndex) {{ spring_steps_{which}<{dim}, {threads}, {int(shared)}>"
+                  "(int(lane)); }\n")
+        device = dev.get_device()
+        with dev.compiling(f"{_MODULE}.slang:{name}"):
+            module = device.load_module_from_source(name, source)
+            program = device.link_program([module], [module.entry_point(name)])
+            kernel = _kernels[key] = device.create_compute_kernel(program)
+    return kernel
+
+
+def _mode(c: Any) -> int:
+    """Gradient mode of a Coefficient: 0 constant, 1 per element, 2 shared."""
+    return 0 if not c.trainable else (2 if c.shared else 1)
+
+
+class FusedSpringSteps:
+    """The fused multi-step run of one SpringSystem (no actuators).
+
+    ``threads`` ({"forward": T, "backward": T}, the group sizes) and ``shared`` (the groupshared layout, allowed
+    for N <= SHARED_CAPACITY) are chosen from the particle count; they may be set to other allowed values (tests
+    run several particles per thread on small systems that way).
+    """
+
+    def __init__(self, sim: "SpringSystem") -> None:
+        if sim.n_actuators:
+            raise ValueError(f"FusedSpringSteps: the system has {sim.n_actuators} actuator(s), which need a per-step "
+                             "control; use SpringSystem.step")
+        self.sim = sim
+        self.threads = {which: threads_for(sim.n_particles, limit) for which, limit in MAX_THREADS.items()}
+        self.shared = sim.n_particles <= SHARED_CAPACITY
+        topo = sim.topology_host
+        n = sim.n_particles
+        packed = np.concatenate([topo["offsets"], topo["incident"].ravel(), topo["pinned"]]).astype(np.int32)
+        self._incident_at = n + 1
+        self._pinned_at = n + 1 + topo["incident"].size
+        self._topology = dev.get_device().create_buffer(
+            size=4 * packed.size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
+            data=packed)
+        self._bound: dict[tuple[str, int, int], dev.BoundKernel] = {}
+        self._scratch: spy.Tensor | None = None      # adjoint: G (N, 2 dim), dL/dF (N, dim); reused every call
+        self._ping_pong: spy.Tensor | None = None    # outside a tape: two states
+
+    def _check_layout(self) -> None:
+        for which, limit in MAX_THREADS.items():
+            t = self.threads.get(which)
+            if t not in THREAD_CHOICES or t > limit:
+                allowed = tuple(c for c in THREAD_CHOICES if c <= limit)
+                raise ValueError(f"FusedSpringSteps threads[{which!r}] = {t!r}; allowed are {allowed}")
+        if self.shared and self.sim.n_particles > SHARED_CAPACITY:
+            raise ValueError(f"FusedSpringSteps shared = True needs N <= {SHARED_CAPACITY}, got N = "
+                             f"{self.sim.n_particles}")
+
+    def _kernel(self, which: str) -> tuple[dev.BoundKernel, int]:
+        """The bound kernel ``which`` of the current layout, and its group size."""
+        threads = self.threads[which]
+        key = (which, threads, int(self.shared))
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = dev.BoundKernel(_kernel(which, self.sim.dim, threads, self.shared), steps_topology=self._topology)
+            self._bound[key] = bound
+        return bound, threads
+
+    def max_steps_per_call(self, parts: int) -> int:
+        """Steps whose saved states (n, parts, N, dim) stay within int32 element offsets."""
+        return max(1, MAX_ELEMENTS // (parts * self.sim.n_particles * self.sim.dim) - 1)
+
+    def run(self, state: State, n: int) -> State:
+        """The state ``n`` >= 1 steps after ``state`` (checked by the caller); on a tape, recorded with its adjoint
+        (split into several fused calls only past :meth:`max_steps_per_call`)."""
+        self._check_layout()
+        limit = self.max_steps_per_call(3)
+        while n > 0:
+            chunk = min(n, limit)
+            state = self._run(state, chunk)
+            n -= chunk
+        return state
+
+    def _run(self, state: State, n: int) -> State:
+        sim = self.sim
+        count, dim = sim.n_particles, sim.dim
+        x, v = state.x, state.v
+        out = sim.new_state()
+        tape = tp.current_tape()
+        want_x = tape is not None and x.grad_out is not None and tape.requires_grad(x)
+        want_v = tape is not None and v.grad_out is not None and tape.requires_grad(v)
+        coefficients_of = {name: sim.coefficient(name) for name in _COEFFICIENTS}
+        params = list({id(c.parameter): c.parameter for c in coefficients_of.values()
+                       if c.parameter is not None}.values())
+        backprop = tape is not None and bool(params or want_x or want_v)
+        parts = 3 if backprop and sim.ground is not None else 2
+        if backprop:
+            saved, rows = tp.new_tensor((n, parts, count, dim), grads=False), n
+        else:
+            if self._ping_pong is None:
+                self._ping_pong = spy.Tensor.zeros(dev.get_device(), (2, 2, count, dim), "float")
+            saved, rows = self._ping_pong, 2
+        base = {"n_particles": count, "n_steps": n, "rows": rows, "parts": parts, "save": int(backprop),
+                "incident_at": self._incident_at, "pinned_at": self._pinned_at, "dt": sim.dt,
+                "ground": 0.0 if sim.ground is None else sim.ground, "has_ground": int(sim.ground is not None),
+                "saved": int(saved.offset)}
+
+        def coefficients() -> tuple[dict[str, Any], dict[str, Any]]:
+            """Offsets and buffers of the coefficient values (fetched when recorded: a Parameter's view moves)."""
+            offsets: dict[str, Any] = {}
+            buffers: dict[str, Any] = {}
+            for name, c in coefficients_of.items():
+                values = c.values
+                offsets[name] = int(values.offset)
+                if name != "gravity":
+                    offsets[f"{name}_stride"] = int(not c.shared)
+                buffers[f"steps_{name}"] = values.storage
+            return offsets, buffers
+
+        def forward(enc: spy.CommandEncoder) -> None:
+            offsets, buffers = coefficients()
+            args = {**base, **offsets, "x_in": int(x.offset), "v_in": int(v.offset), "x_out": int(out.x.offset),
+                    "v_out": int(out.v.offset)}
+            kernel, threads = self._kernel("forward")
+            kernel.set(steps_args=_full_args(args), steps_x_in=x.storage, steps_v_in=v.storage,
+                       steps_x_out=out.x.storage, steps_v_out=out.v.storage, steps_saved=saved.storage,
+                       **buffers).dispatch(threads, enc)
+
+        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
+            if self._scratch is None:
+                self._scratch = spy.Tensor.zeros(dev.get_device(), (3 * count * dim,), "float")
+            offsets, buffers = coefficients()
+            args = {**base, **offsets, "scratch": int(self._scratch.offset),
+                    "gx_out": int(out.x.grad.offset), "gv_out": int(out.v.grad.offset)}
+            grads: dict[str, Any] = {}
+            for name, flag, t in (("x", want_x, x), ("v", want_v, v)):
+                g = t.grad if flag else dummy(1)
+                args[f"g{name}_in"], args[f"want_{name}"] = int(g.offset), int(flag)
+                grads[f"steps_g{name}_in"] = g.storage
+            for name, c in coefficients_of.items():
+                args[f"g_{name}"] = int(c.grad.offset)
+                args[f"{name}_mode"] = (2 if c.trainable else 0) if name == "gravity" else _mode(c)
+                grads[f"steps_g_{name}"] = c.grad.storage
+            kernel, threads = self._kernel("backward")
+            kernel.set(steps_args=_full_args(args), steps_saved=saved.storage, steps_scratch=self._scratch.storage,
+                       steps_gx_out=out.x.grad.storage, steps_gv_out=out.v.grad.storage, **buffers,
+                       **grads).dispatch(threads, enc)
+
+        add_grads = [t for t, want in ((x, want_x), (v, want_v)) if want]
+        tp.record(f"{type(sim).__name__}.steps", forward, backward if backprop else None, writes=out.arrays(),
+                  add_grads=add_grads, params=params)
+        return out
+
+
+_ARG_FIELDS = (
+    "n_particles", "n_steps", "rows", "parts", "save", "incident_at", "pinned_at", "dt", "ground", "has_ground",
+    "x_in", "v_in", "x_out", "v_out", "saved", "scratch", "stiffness", "stiffness_stride", "damping",
+    "damping_stride", "rest_length", "rest_length_stride", "mass", "mass_stride", "gravity", "gx_out", "gv_out",
+    "gx_in", "want_x", "gv_in", "want_v", "g_stiffness", "stiffness_mode", "g_damping", "damping_mode",
+    "g_rest_length", "rest_length_mode", "g_mass", "mass_mode", "g_gravity", "gravity_mode",
+)
+
+
+def _full_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The StepsArgs struct: every field (those a pass does not use as 0)."""
+    return {name: args.get(name, 0) for name in _ARG_FIELDS}
