@@ -72,13 +72,6 @@ class Diffusion2D(Simulator):
         super().__init__(dt)
         shape = grid_shape(u0, "Diffusion2D u0")
         self.grid = Grid2D(shape, dx, boundary, boundary_value, "Diffusion2D")
-        self.conductivity = self._coefficient("conductivity", conductivity, shape, low=0.0, low_inclusive=False,
-                                              unit="m^2/s")
-        self.source = self._coefficient("source", 0.0 if source is None else source, shape, unit="K/s")
-        self._initial("u", u0, shape, unit="K")
-        self.check_stability()
-        self._step_fn = function("sim/diffusion2d", "diffusion2d_step")
-        self._adjoint_fn = function("sim/diffusion2d", "diffusion2d_adjoint")
         self.blocking = TemporalBlocking() if blocking is None else blocking
         if not isinstance(self.blocking, TemporalBlocking):
             raise ValueError(f"Diffusion2D blocking must be a sopt.sim.grid2d.TemporalBlocking, got "
@@ -90,6 +83,13 @@ class Diffusion2D(Simulator):
                                            "Diffusion2D blocking.forward_tile")
         self._backward_tiling = BlockTiling(self.grid, self.blocking.backward_tile, k, BACKWARD_CAPACITY,
                                             "Diffusion2D blocking.backward_tile")
+        self.conductivity = self._coefficient("conductivity", conductivity, shape, low=0.0, low_inclusive=False,
+                                              unit="m^2/s")
+        self.source = self._coefficient("source", 0.0 if source is None else source, shape, unit="K/s")
+        self._initial("u", u0, shape, unit="K")
+        self.check_stability()
+        self._step_fn = function("sim/diffusion2d", "diffusion2d_step")
+        self._adjoint_fn = function("sim/diffusion2d", "diffusion2d_adjoint")
         self._blocks: dict[str, dev.BoundKernel] = {}   # the steps kernels, bound on first use
         self._pingpong: spy.Tensor | None = None         # steps' intermediate states when no gradient is kept
 
@@ -149,62 +149,45 @@ class Diffusion2D(Simulator):
         out = self.new_state()
         u, u_end = state.u, out.u
         H, W = self.grid.shape
-        cells = H * W
-        k = self.blocking.steps
-        blocks = -(-n // k)
-        lengths = [min(k, n - b * k) for b in range(blocks)]
+        blocks = -(-n // self.blocking.steps)
         kappa, source = self.conductivity, self.source
         params = [c.parameter for c in (kappa, source) if c.parameter is not None]
         tape = tp.current_tape()
         keep = tape is not None and (bool(params) or tape.requires_grad(u))
-        # the state at each block's start (storage, offset): u, then inner states, the last block writing u_end
+        # the states at inner block starts: all kept for the backward, else a ping-pong pair
         if blocks == 1:
-            inner: list[tuple[spy.Buffer, int]] = []
+            held, slots = None, 1
         elif keep:
-            held = tp.new_tensor((blocks - 1, H, W), grads=False)
-            inner = [(held.storage, held.offset + b * cells) for b in range(blocks - 1)]
+            held, slots = tp.new_tensor((blocks - 1, H, W), grads=False), blocks - 1
         else:
-            pingpong = self._scratch()
-            inner = [(pingpong.storage, pingpong.offset + (b % 2) * cells) for b in range(blocks - 1)]
-        starts = [(u.storage, u.offset)] + inner
-        ends = inner + [(u_end.storage, u_end.offset)]
+            held, slots = self._scratch(), 2
+        g_held = tp.new_tensor((2, H, W), grads=False) if keep and blocks > 1 else None   # dL/du ping-pong
+        schedule = {"n_steps": n, "blocks": blocks, "held_slots": slots, **_array_vars("u_first", u),
+                    **_array_vars("u_held", held), **_array_vars("u_last", u_end)}
         forward_kernel = self._block_kernel("forward")
-        backward_kernel = self._block_kernel("backward") if keep else None
-        adjoint = tp.new_tensor((2, H, W), grads=False) if keep and blocks > 1 else None   # g ping-pong
         fwd_threads = self._forward_tiling.groups * FORWARD_THREADS
-        bwd_threads = self._backward_tiling.groups * BACKWARD_THREADS
 
         def forward(enc: spy.CommandEncoder) -> None:
-            forward_kernel.set(**_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"))
-            for (src, src_off), (dst, dst_off), m in zip(starts, ends, lengths):
-                forward_kernel.set(u_in=src, u_in_off=src_off, u_out=dst, u_out_off=dst_off, steps=m)
-                forward_kernel.dispatch(fwd_threads, enc)
+            forward_kernel.set(**schedule, **_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"))
+            for b in range(blocks):   # one uniform written per dispatch
+                forward_kernel.set(block=b).dispatch(fwd_threads, enc)
+
+        if not keep:
+            tp.record("Diffusion2D.steps", forward, None, writes=[u_end])
+            return out
+        backward_kernel = self._block_kernel("backward")
+        bwd_threads = self._backward_tiling.groups * BACKWARD_THREADS
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             write_du = u.grad_out is not None and tape.requires_grad(u)
-            backward_kernel.set(**_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"),
-                                **_coefficient_grad_vars(kappa, "kappa"), **_coefficient_grad_vars(source, "source"))
-            g_end = u_end.grad
+            backward_kernel.set(**schedule, **_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"),
+                                **_coefficient_grad_vars(kappa, "kappa"), **_coefficient_grad_vars(source, "source"),
+                                **_array_vars("g_last", u_end.grad), **_array_vars("g_held", g_held),
+                                **_array_vars("g_first", u.grad if write_du else None), g_first_mode=int(write_du))
             for b in reversed(range(blocks)):
-                # dL/du at the block's end: the output's gradient, else what block b + 1 wrote
-                g_in = (g_end.storage, g_end.offset) if b == blocks - 1 else \
-                    (adjoint.storage, adjoint.offset + (b % 2) * cells)
-                if b > 0:
-                    g_out, mode = (adjoint.storage, adjoint.offset + ((b - 1) % 2) * cells), 1
-                elif write_du:
-                    g_out, mode = (u.grad.storage, u.grad.offset), 2
-                else:
-                    g_out, mode = (dummy_buffer(), 0), 0
-                (src, src_off) = starts[b]
-                backward_kernel.set(u_in=src, u_in_off=src_off, g_in=g_in[0], g_in_off=g_in[1], g_out=g_out[0],
-                                    g_out_off=g_out[1], g_out_mode=mode, steps=lengths[b])
-                backward_kernel.dispatch(bwd_threads, enc)
+                backward_kernel.set(block=b).dispatch(bwd_threads, enc)
 
-        if keep:
-            tp.record("Diffusion2D.steps", forward, backward, reads=[u], writes=[u_end], add_grads=[u],
-                      params=params)
-        else:
-            tp.record("Diffusion2D.steps", forward, None, writes=[u_end])
+        tp.record("Diffusion2D.steps", forward, backward, reads=[u], writes=[u_end], add_grads=[u], params=params)
         return out
 
     def _block_kernel(self, role: str) -> dev.BoundKernel:
@@ -218,10 +201,8 @@ class Diffusion2D(Simulator):
                                     boundary_value=g.boundary_value, r=self.dt / g.dx ** 2, dt=self.dt,
                                     **tiling.args())
             if role == "forward":   # not read by the forward kernel; bound so that every buffer slot is valid
-                bound.set(g_in=dummy_buffer(), g_out=dummy_buffer(), kappa_grad=dummy_buffer(),
-                          source_grad=dummy_buffer())
-            else:
-                bound.set(u_out=dummy_buffer())
+                bound.set(**_array_vars("g_last", None), **_array_vars("g_held", None), **_array_vars("g_first", None),
+                          kappa_grad=dummy_buffer(), source_grad=dummy_buffer())
             self._blocks[role] = bound
         return bound
 
@@ -233,6 +214,13 @@ class Diffusion2D(Simulator):
 
     def __repr__(self) -> str:
         return f"Diffusion2D({self.grid!r}, conductivity={self.conductivity!r}, source={self.source!r}, dt={self.dt})"
+
+
+def _array_vars(name: str, t: spy.Tensor | None) -> dict[str, Any]:
+    """The steps kernels' binding of an array: buffer and offset (None: a dummy the kernel never touches)."""
+    if t is None:
+        return {name: dummy_buffer(), f"{name}_off": 0}
+    return {name: t.storage, f"{name}_off": t.offset}
 
 
 def _coefficient_vars(c: Coefficient, name: str) -> dict[str, Any]:
