@@ -22,8 +22,8 @@ _BOUND_RTOL = 1e-6
 
 # slang_lib/sim/diffusion2d_steps.slang's thread groups: threads and region cells (threads x cells per thread)
 # of the forward and backward kernels, and the most steps per block (the backward's register history)
-FORWARD_THREADS, FORWARD_CAPACITY = 512, 512 * 8
-BACKWARD_THREADS, BACKWARD_CAPACITY = 576, 576 * 4
+FORWARD_THREADS, FORWARD_CAPACITY = 256, 256 * 16
+BACKWARD_THREADS, BACKWARD_CAPACITY = 256, 256 * 9
 MAX_BLOCK_STEPS = 8
 
 
@@ -58,7 +58,10 @@ class Diffusion2D(Simulator):
         blocking: how :meth:`steps` fuses steps (:class:`~sopt.sim.grid2d.TemporalBlocking`): K <= 8 steps per
             dispatch, forward tiles of up to 4096 region cells ((rows + 2K) x (cols + 2K)), backward tiles of up
             to 2304. The default, K = 8 with 48 x 48 forward and 32 x 32 backward tiles, fills both kernels'
-            groups (64 x 64 and 48 x 48 regions).
+            groups (64 x 64 and 48 x 48 regions). Why: a dispatch costs ~10 us of host time while the GPU runs
+            a 512 x 512 block in a few, so K should be large (2000 steps: 250 dispatches each way); but the
+            backward keeps K states per cell in registers and a tile recomputes (T + 2K)^2 / T^2 times its own
+            work (1.8x forward, 2.25x backward here), which both grow with K.
 
     :meth:`step`: one forward dispatch (a thread per cell) and one adjoint dispatch, which adds dL/du into the
     input state's gradient and dL/dkappa, dL/ds into Parameters' gradients (a field's entry owned by its
@@ -144,6 +147,8 @@ class Diffusion2D(Simulator):
         """
         n = check_int(n, "Diffusion2D.steps n", low=0)
         state = self.check_state(state, "Diffusion2D.steps")
+        if not state.u.is_contiguous():   # the kernels index the buffer row-major from the offset
+            raise ValueError("Diffusion2D.steps: state array 'u' must be contiguous (a simulator's own states are)")
         if n == 0:
             return state
         out = self.new_state()

@@ -49,23 +49,26 @@ def rollout(sim: Diffusion2D, n: int, fused: bool, seed: np.ndarray | None) -> n
 def make(p: dict[str, np.ndarray], case: str, boundary: str, blocking: TemporalBlocking = SMALL
          ) -> tuple[Diffusion2D, dict[str, sopt.Parameter]]:
     """fields: conductivity, source and u0 Parameter fields; shared: (1,) conductivity and source Parameters,
-    u0 a Parameter; shared_const_u0: the same with u0 a constant (no dL/du0 is written)."""
-    if case == "fields":
+    u0 a Parameter; shared_const_u0: the same with u0 a constant (no dL/du0 is written); u0_only: constant
+    conductivity and source fields, u0 a Parameter (only the state's gradient is computed)."""
+    if case in ("fields", "u0_only"):
         kappa, source = p["kappa"], p["source"]
     else:
         kappa, source = f32([0.7]), f32([-0.3])
-    params = {"conductivity": sopt.Parameter(kappa, name="kappa"), "source": sopt.Parameter(source, name="source")}
+    params = {}
+    if case != "u0_only":
+        params = {"conductivity": sopt.Parameter(kappa, name="kappa"), "source": sopt.Parameter(source, name="source")}
     if case != "shared_const_u0":
         params["u0"] = sopt.Parameter(p["u0"], name="u0")
     dt = 0.9 * DX ** 2 / (4 * kappa.max())
-    sim = Diffusion2D(params.get("u0", p["u0"]), params["conductivity"], DX, dt, boundary=boundary,
-                      boundary_value=0.4, source=params["source"], blocking=blocking)
+    sim = Diffusion2D(params.get("u0", p["u0"]), params.get("conductivity", kappa), DX, dt, boundary=boundary,
+                      boundary_value=0.4, source=params.get("source", source), blocking=blocking)
     return sim, params
 
 
 @pytest.mark.parametrize("n", [1, K - 1, K, 2 * K + 3])
 @pytest.mark.parametrize("boundary", BOUNDARIES)
-@pytest.mark.parametrize("case", ["fields", "shared", "shared_const_u0"])
+@pytest.mark.parametrize("case", ["fields", "shared", "shared_const_u0", "u0_only"])
 def test_steps_equal_n_steps_with_gradients(n, boundary, case):
     p = problem(SHAPE, 1)
     sim, params = make(p, case, boundary)
@@ -221,3 +224,7 @@ def test_bad_steps_arguments_raise():
     other = Diffusion2D(np.zeros((3, 4)), 0.5, DX, 1e-3)
     with pytest.raises(ValueError, match=r"Diffusion2D.steps: state array 'u' has shape \(3, 4\)"):
         sim.steps(other.initial_state(), 2)
+    square = Diffusion2D(np.zeros((4, 4)), 0.5, DX, 1e-3)
+    transposed = square.initial_state().u.view((4, 4), (1, 4))
+    with pytest.raises(ValueError, match=r"Diffusion2D.steps: state array 'u' must be contiguous"):
+        square.steps(sopt.sim.State(u=transposed), 2)
