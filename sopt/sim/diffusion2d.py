@@ -6,15 +6,25 @@ from typing import Any
 
 import slangpy as spy
 
+from sopt import device as dev
 from sopt import tape as tp
-from sopt.nn.batch import dummy
+from sopt.nn.batch import dummy, dummy_buffer
 from sopt.nn.kernels import function, launch
-from sopt.sim.grid2d import Grid2D, coefficient_args, coefficient_grad_args, grid_shape
+from sopt.sim.coefficient import Coefficient
+from sopt.sim.grid2d import (BlockTiling, Grid2D, TemporalBlocking, coefficient_args, coefficient_grad_args,
+                             grid_shape)
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
+from sopt.validation import check_int
 
 # dt may exceed the float64 bound by float32 rounding of the conductivity (a dt computed from the same numbers)
 _BOUND_RTOL = 1e-6
+
+# slang_lib/sim/diffusion2d_steps.slang's thread groups: threads and region cells (threads x cells per thread)
+# of the forward and backward kernels, and the most steps per block (the backward's register history)
+FORWARD_THREADS, FORWARD_CAPACITY = 256, 256 * 16
+BACKWARD_THREADS, BACKWARD_CAPACITY = 256, 256 * 9
+MAX_BLOCK_STEPS = 8
 
 
 class Diffusion2D(Simulator):
@@ -45,19 +55,37 @@ class Diffusion2D(Simulator):
         boundary_value: the Dirichlet ghost cells' temperature (K); unused when insulated.
         source: heating rate s (K/s) added each step, shared or a field (H, W), constant or Parameter;
             None for no source.
+        blocking: how :meth:`steps` fuses steps (:class:`~sopt.sim.grid2d.TemporalBlocking`): K <= 8 steps per
+            dispatch, forward tiles of up to 4096 region cells ((rows + 2K) x (cols + 2K)), backward tiles of up
+            to 2304. The default, K = 8 with 48 x 48 forward and 32 x 32 backward tiles, fills both kernels'
+            groups (64 x 64 and 48 x 48 regions). Why: a dispatch costs ~10 us of host time while the GPU runs
+            a 512 x 512 block in a few, so K should be large (2000 steps: 250 dispatches each way); but the
+            backward keeps K states per cell in registers and a tile recomputes (T + 2K)^2 / T^2 times its own
+            work (1.8x forward, 2.25x backward here), which both grow with K.
 
-    Per step: one forward dispatch (a thread per cell) and one adjoint dispatch, which adds dL/du into the
+    :meth:`step`: one forward dispatch (a thread per cell) and one adjoint dispatch, which adds dL/du into the
     input state's gradient and dL/dkappa, dL/ds into Parameters' gradients (a field's entry owned by its
-    cell's thread: no atomics).
+    cell's thread: no atomics). :meth:`steps` runs n steps in ceil(n / K) dispatches each way.
     """
 
     state_names = ("u",)
 
     def __init__(self, u0: Any, conductivity: Any, dx: float, dt: float, *, boundary: str = "dirichlet",
-                 boundary_value: float = 0.0, source: Any = None) -> None:
+                 boundary_value: float = 0.0, source: Any = None, blocking: TemporalBlocking | None = None) -> None:
         super().__init__(dt)
         shape = grid_shape(u0, "Diffusion2D u0")
         self.grid = Grid2D(shape, dx, boundary, boundary_value, "Diffusion2D")
+        self.blocking = TemporalBlocking() if blocking is None else blocking
+        if not isinstance(self.blocking, TemporalBlocking):
+            raise ValueError(f"Diffusion2D blocking must be a sopt.sim.grid2d.TemporalBlocking, got "
+                             f"{type(blocking).__name__}")
+        k = check_int(self.blocking.steps, "Diffusion2D blocking.steps", low=1)
+        if k > MAX_BLOCK_STEPS:
+            raise ValueError(f"Diffusion2D blocking.steps must be in [1, {MAX_BLOCK_STEPS}], got {k}")
+        self._forward_tiling = BlockTiling(self.grid, self.blocking.forward_tile, k, FORWARD_CAPACITY,
+                                           "Diffusion2D blocking.forward_tile")
+        self._backward_tiling = BlockTiling(self.grid, self.blocking.backward_tile, k, BACKWARD_CAPACITY,
+                                            "Diffusion2D blocking.backward_tile")
         self.conductivity = self._coefficient("conductivity", conductivity, shape, low=0.0, low_inclusive=False,
                                               unit="m^2/s")
         self.source = self._coefficient("source", 0.0 if source is None else source, shape, unit="K/s")
@@ -65,6 +93,8 @@ class Diffusion2D(Simulator):
         self.check_stability()
         self._step_fn = function("sim/diffusion2d", "diffusion2d_step")
         self._adjoint_fn = function("sim/diffusion2d", "diffusion2d_adjoint")
+        self._blocks: dict[str, dev.BoundKernel] = {}   # the steps kernels, bound on first use
+        self._pingpong: spy.Tensor | None = None         # steps' intermediate states when no gradient is kept
 
     def max_stable_dt(self) -> float:
         """dx^2 / (4 kappa_max) (s) for the conductivity now (reads a Parameter's values: waits for the GPU)."""
@@ -105,5 +135,108 @@ class Diffusion2D(Simulator):
         tp.record("Diffusion2D.step", forward, backward, reads=[u], writes=[u_next], add_grads=[u], params=params)
         return out
 
+    def steps(self, state: State, n: int) -> State:
+        """The state ``n * dt`` later (a new State; ``state`` itself for n = 0), equal to n calls of :meth:`step`
+        up to float32 rounding, in ceil(n / K) dispatches (K = ``blocking.steps``).
+
+        On a tape whose gradient reaches this call (a Parameter coefficient, or ``state.u`` needing one) the
+        forward keeps the ceil(n / K) - 1 inner block-start states (the tape's pool: H x W floats each) and the
+        backward is ceil(n / K) dispatches in reverse, each recomputing its block's states from its start
+        (about one more forward pass). Otherwise (no tape, or nothing to differentiate) two scratch fields
+        serve every block.
+        """
+        n = check_int(n, "Diffusion2D.steps n", low=0)
+        state = self.check_state(state, "Diffusion2D.steps")
+        if not state.u.is_contiguous():   # the kernels index the buffer row-major from the offset
+            raise ValueError("Diffusion2D.steps: state array 'u' must be contiguous (a simulator's own states are)")
+        if n == 0:
+            return state
+        out = self.new_state()
+        u, u_end = state.u, out.u
+        H, W = self.grid.shape
+        blocks = -(-n // self.blocking.steps)
+        kappa, source = self.conductivity, self.source
+        params = [c.parameter for c in (kappa, source) if c.parameter is not None]
+        tape = tp.current_tape()
+        keep = tape is not None and (bool(params) or tape.requires_grad(u))
+        # the states at inner block starts: all kept for the backward, else a ping-pong pair
+        if blocks == 1:
+            held, slots = None, 1
+        elif keep:
+            held, slots = tp.new_tensor((blocks - 1, H, W), grads=False), blocks - 1
+        else:
+            held, slots = self._scratch(), 2
+        g_held = tp.new_tensor((2, H, W), grads=False) if keep and blocks > 1 else None   # dL/du ping-pong
+        schedule = {"n_steps": n, "blocks": blocks, "held_slots": slots, **_array_vars("u_first", u),
+                    **_array_vars("u_held", held), **_array_vars("u_last", u_end)}
+        forward_kernel = self._block_kernel("forward")
+        fwd_threads = self._forward_tiling.groups * FORWARD_THREADS
+
+        def forward(enc: spy.CommandEncoder) -> None:
+            forward_kernel.set(**schedule, **_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"))
+            for b in range(blocks):   # one uniform written per dispatch
+                forward_kernel.set(block=b).dispatch(fwd_threads, enc)
+
+        if not keep:
+            tp.record("Diffusion2D.steps", forward, None, writes=[u_end])
+            return out
+        backward_kernel = self._block_kernel("backward")
+        bwd_threads = self._backward_tiling.groups * BACKWARD_THREADS
+
+        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
+            write_du = u.grad_out is not None and tape.requires_grad(u)
+            backward_kernel.set(**schedule, **_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"),
+                                **_coefficient_grad_vars(kappa, "kappa"), **_coefficient_grad_vars(source, "source"),
+                                **_array_vars("g_last", u_end.grad), **_array_vars("g_held", g_held),
+                                **_array_vars("g_first", u.grad if write_du else None), g_first_mode=int(write_du))
+            for b in reversed(range(blocks)):
+                backward_kernel.set(block=b).dispatch(bwd_threads, enc)
+
+        tp.record("Diffusion2D.steps", forward, backward, reads=[u], writes=[u_end], add_grads=[u], params=params)
+        return out
+
+    def _block_kernel(self, role: str) -> dev.BoundKernel:
+        """The bound ``diffusion2d_steps_<role>`` kernel of this simulator (grid, tiling and step constants set)."""
+        bound = self._blocks.get(role)
+        if bound is None:
+            g = self.grid
+            tiling = self._forward_tiling if role == "forward" else self._backward_tiling
+            bound = dev.BoundKernel(dev.load_kernel("sim/diffusion2d_steps", f"diffusion2d_steps_{role}"),
+                                    grid_h=g.shape[0], grid_w=g.shape[1], dirichlet=int(g.boundary == "dirichlet"),
+                                    boundary_value=g.boundary_value, r=self.dt / g.dx ** 2, dt=self.dt,
+                                    **tiling.args())
+            if role == "forward":   # not read by the forward kernel; bound so that every buffer slot is valid
+                bound.set(**_array_vars("g_last", None), **_array_vars("g_held", None), **_array_vars("g_first", None),
+                          kappa_grad=dummy_buffer(), source_grad=dummy_buffer())
+            self._blocks[role] = bound
+        return bound
+
+    def _scratch(self) -> spy.Tensor:
+        """Two fields (2, H, W) for the intermediate states of :meth:`steps` when none is kept."""
+        if self._pingpong is None:
+            self._pingpong = spy.Tensor.zeros(dev.get_device(), (2, *self.grid.shape), "float")
+        return self._pingpong
+
     def __repr__(self) -> str:
         return f"Diffusion2D({self.grid!r}, conductivity={self.conductivity!r}, source={self.source!r}, dt={self.dt})"
+
+
+def _array_vars(name: str, t: spy.Tensor | None) -> dict[str, Any]:
+    """The steps kernels' binding of an array: buffer and offset (None: a dummy the kernel never touches)."""
+    if t is None:
+        return {name: dummy_buffer(), f"{name}_off": 0}
+    return {name: t.storage, f"{name}_off": t.offset}
+
+
+def _coefficient_vars(c: Coefficient, name: str) -> dict[str, Any]:
+    """The steps kernels' bindings of a coefficient's values: buffer, offset, stride (0: shared)."""
+    v = c.values
+    return {name: v.storage, f"{name}_off": v.offset, f"{name}_stride": 0 if c.shared else 1}
+
+
+def _coefficient_grad_vars(c: Coefficient, name: str) -> dict[str, Any]:
+    """... and of its gradient: mode 0 (a constant: a dummy the kernel never touches), 1 field, 2 shared."""
+    if not c.trainable:
+        return {f"{name}_grad": dummy_buffer(), f"{name}_grad_off": 0, f"{name}_grad_mode": 0}
+    g = c.grad
+    return {f"{name}_grad": g.storage, f"{name}_grad_off": g.offset, f"{name}_grad_mode": 2 if c.shared else 1}

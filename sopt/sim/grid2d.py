@@ -11,6 +11,7 @@ A field of H x W cells is a float32 array of shape (H, W), row-major (cell (row,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import slangpy as spy
 from sopt.nn.batch import dummy
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
-from sopt.validation import as_real_array, check_choice, check_float
+from sopt.validation import as_real_array, check_choice, check_float, check_int
 
 BOUNDARIES = ("dirichlet", "insulated")
 
@@ -75,3 +76,44 @@ def coefficient_grad_args(c: Coefficient) -> dict[str, Any]:
         return {"grad": dummy(1), "mode": 0}
     n = int(np.prod(c.shape))
     return {"grad": c.grad.view((n,)), "mode": 2 if c.shared else 1}
+
+
+@dataclass(frozen=True)
+class TemporalBlocking:
+    """How a field simulator's ``steps(state, n)`` fuses time steps (temporal blocking): ``steps`` (K) steps per
+    dispatch, the grid cut into tiles of ``forward_tile`` / ``backward_tile`` = (rows, cols) output cells, one
+    thread group per tile. A group loads its *region*, the tile plus a halo of K cells on every side, advances
+    it K steps in groupshared memory (the exact part shrinking by one cell per step) and writes the tile; so n
+    steps cost ceil(n / K) dispatches forward and as many backward, and a tile of T x T cells costs
+    (T + 2K)^2 / T^2 times its own work per step (the halo is recomputed by the neighbouring groups)."""
+
+    steps: int = 8
+    forward_tile: tuple[int, int] = (48, 48)
+    backward_tile: tuple[int, int] = (32, 32)
+
+
+class BlockTiling:
+    """``grid`` cut into tiles of ``tile`` = (rows, cols) cells (clamped to the grid) for a kernel that steps a
+    region of the tile plus a ``halo`` of cells on every side (``GridTile`` of slang_lib/sim/grid2d.slang).
+
+    ``capacity``: the region cells one thread group holds; a larger region is a ValueError naming ``who``.
+    ``groups``: thread groups per dispatch; :meth:`args` the kernel's tiling uniforms."""
+
+    def __init__(self, grid: Grid2D, tile: tuple[int, int], halo: int, capacity: int, who: str) -> None:
+        if not (isinstance(tile, tuple) and len(tile) == 2):
+            raise ValueError(f"{who} must be a (rows, cols) tuple, got {tile!r}")
+        rows, cols = (check_int(t, f"{who} {side}", low=1) for t, side in zip(tile, ("rows", "cols")))
+        if (rows + 2 * halo) * (cols + 2 * halo) > capacity:
+            raise ValueError(f"{who} {tile} with a halo of {halo} cells needs a region of {rows + 2 * halo} x "
+                             f"{cols + 2 * halo} = {(rows + 2 * halo) * (cols + 2 * halo)} cells; the kernel's thread "
+                             f"group holds at most {capacity}: use smaller tiles or fewer steps per block")
+        H, W = grid.shape
+        rows, cols = min(rows, H), min(cols, W)
+        self.tile = (rows, cols)
+        self.tiles_x = -(-W // cols)
+        self.groups = -(-H // rows) * self.tiles_x
+        self._args = {"block_steps": halo, "region_h": rows + 2 * halo, "region_w": cols + 2 * halo,
+                      "tiles_x": self.tiles_x}
+
+    def args(self) -> dict[str, int]:
+        return self._args
