@@ -158,7 +158,7 @@ class Diffusion2D(Simulator):
         kappa, source = self.conductivity, self.source
         params = [c.parameter for c in (kappa, source) if c.parameter is not None]
         tape = tp.current_tape()
-        keep = tape is not None and (bool(params) or tape.requires_grad(u))
+        keep = tape is not None and not tape.forward_only and (bool(params) or tape.requires_grad(u))
         # the states at inner block starts: all kept for the backward, else a ping-pong pair
         if blocks == 1:
             held, slots = None, 1

@@ -112,7 +112,8 @@ class Simulator:
         """The state ``n * dt`` later, without control inputs; on a tape its gradient flows as through n steps.
 
         The default calls :meth:`step` n times (n recorded calls, n dispatches or more). Simulators with a
-        fused multi-step kernel override it to run the n steps in one forward and one backward dispatch (the
+        fused multi-step kernel override it to run the n steps in a few dispatches (Projectile and SpringSystem: one
+        forward and one backward; Diffusion2D: one per K steps each way; the
         host cost of a dispatch, ~10 us, would otherwise bound a long rollout); ``rollout`` uses it for every
         stretch of steps with no observation, window cut or gradient-norm probe inside.
         """

@@ -70,6 +70,10 @@ def _index_array(value: Any, name: str, ndim: int) -> np.ndarray:
     return array.astype(np.int64)
 
 
+# The largest system SpringSystem.steps runs in its one-group fused kernel (see steps).
+FUSED_MAX_PARTICLES = 2048
+
+
 class SpringSystem(Simulator):
     """Damped mass-spring network with optional actuators, pinned particles and ground contact (module
     docstring: equations and units).
@@ -417,9 +421,14 @@ class SpringSystem(Simulator):
         """The state ``n * dt`` later, as n calls of :meth:`step`, in ONE forward dispatch (one thread group
         looping over the steps) and, on a tape, ONE adjoint dispatch (sopt/sim/spring_system_steps.py); the
         forward keeps every step's state for the adjoint. Systems with actuators take the per-step path (n calls
-        of step, which needs a control: so it raises). ``n = 0`` returns ``state`` itself."""
+        of step, which needs a control: so it raises). ``n = 0`` returns ``state`` itself.
+
+        One thread group is one SM: past ``FUSED_MAX_PARTICLES`` particles the per-step path (many groups per
+        step, ~3 dispatches each) is faster, and it keeps memory within a rollout budget (the fused forward
+        saves its n states in one array). Measured on an H100, 1000 steps forward + backward: 1024 particles
+        22.7 ms fused; 16384 particles 364 ms fused, where the per-step path is bound by ~3000 dispatches."""
         n = check_int(n, f"{type(self).__name__}.steps n", low=0)
-        if self.n_actuators or n == 0:
+        if self.n_actuators or n == 0 or self.n_particles > FUSED_MAX_PARTICLES:
             return super().steps(state, n)   # actuators: step() asks for the control it needs
         state = self.check_state(state, f"{type(self).__name__}.steps")
         return self.fused_steps.run(state, n)

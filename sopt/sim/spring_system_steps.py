@@ -147,7 +147,7 @@ class FusedSpringSteps:
         coefficients_of = {name: sim.coefficient(name) for name in _COEFFICIENTS}
         params = list({id(c.parameter): c.parameter for c in coefficients_of.values()
                        if c.parameter is not None}.values())
-        backprop = tape is not None and bool(params or want_x or want_v)
+        backprop = tape is not None and not tape.forward_only and bool(params or want_x or want_v)
         parts = 3 if backprop and sim.ground is not None else 2
         if backprop:
             saved, rows = tp.new_tensor((n, parts, count, dim), grads=False), n
