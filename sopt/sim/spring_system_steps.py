@@ -5,7 +5,7 @@ Each dispatch is ONE thread group that loops over the steps with group barriers;
 particles with stride T, so any size runs. T is the smallest of 64, 256, 512, 1024 that gives every particle
 its own thread, capped at 1024 for the forward and 512 for the adjoint: Slang emits no launch bounds for CUDA,
 so a group of T threads launches only if the kernel needs at most 65536 / T registers per thread: the adjoint
-needs up to 64 at D = 3, no margin below a 1024-thread group's 64 (the forward 48; see the .slang file). When N <= 1024 the state a step reads sits
+needs up to 63 at D = 3, no margin below a 1024-thread group's 64 (the forward 48; see the .slang file). When N <= 1024 the state a step reads sits
 in groupshared memory (x, v and, in the adjoint, dL/dF: 3 N D floats, at most 36 KB), else in global memory
 (L2-resident on a GPU).
 
