@@ -142,6 +142,22 @@ def test_more_particles_than_threads_40x40() -> None:
     compare_with_steps(sim, 5)
 
 
+def test_long_runs_split_into_fused_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose saved states would pass int32 element offsets is split into several fused calls (the limit
+    lowered here so that 12 steps take three calls) with the same result."""
+    from sopt.sim import spring_system_steps
+    sim = chain2d_shared_free(np.random.default_rng(2))
+    per_step = 3 * sim.n_particles * sim.dim
+    monkeypatch.setattr(spring_system_steps, "MAX_ELEMENTS", 5 * per_step)
+    assert sim.fused_steps.max_steps_per_call(3) == 4
+    tape = sopt.Tape()
+    with tape:
+        sim.steps(sim.initial_state(), 12)
+    assert [node.name for node in tape.nodes].count("SpringSystem.steps") == 3
+    tape.reset()
+    compare_with_steps(sim, 12)
+
+
 def test_dispatches() -> None:
     """One forward and one adjoint dispatch for the whole run, with and without ground."""
     for ground in (None, -1.0):
