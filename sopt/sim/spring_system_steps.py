@@ -3,11 +3,11 @@ dispatch (kernels in slang_lib/sim/spring_system_steps.slang); ``SpringSystem.st
 
 Each dispatch is ONE thread group that loops over the steps with group barriers; its T threads loop over the
 particles with stride T, so any size runs. T is the smallest of 64, 256, 512, 1024 that gives every particle
-its own thread, capped at 1024 for the forward and 512 for the adjoint: Slang emits no launch bounds for CUDA,
-so a group of T threads launches only if the kernel needs at most 65536 / T registers per thread: the adjoint
-needs up to 64 at D = 3, no margin below a 1024-thread group's 64 (the forward 48; see the .slang file). When N <= 1024 the state a step reads sits
-in groupshared memory (x, v and, in the adjoint, dL/dF: 3 N D floats, at most 36 KB), else in global memory
-(L2-resident on a GPU).
+its own thread, capped at 1024 for the forward and 512 for the adjoint. Why the caps: Slang emits no launch
+bounds for CUDA, so a group of T threads launches only if its kernel needs at most 65536 / T registers per
+thread; the forward needs 48, the adjoint up to 63 (sm_90), no margin below a 1024-thread group's 64 (see the
+.slang file). When N <= 1024 the state a step reads sits in groupshared memory (x, v and, in the adjoint,
+dL/dF: 3 N D floats, at most 36 KB), else in global memory (L2-resident on a GPU).
 
 What the adjoint needs: the forward keeps the state before every step, x_t and v_t (and with ground the net
 spring force F_t, from which the contact's adjoint recomputes the pre-contact velocity), in one pooled array
