@@ -344,7 +344,7 @@ def test_recomputing_rollout_gives_the_stored_gradients() -> None:
                              damping=sopt.Parameter([0.2]), dt=2e-3)
     seed = rng.normal(size=(5, 3)).astype(np.float32)
     grads = []
-    for budget in (None, 8):
+    for budget in (None, 12):
         for p in sim.parameters():
             p.zero_grad()
         tape = sopt.Tape()
