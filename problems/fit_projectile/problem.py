@@ -45,7 +45,7 @@ from pydantic import Field
 
 import sopt
 from problems.fitting import FitConfig, FittingProblem, StrictModel
-from problems.fitting.config import AdamConfig, WarmupCosineSchedule
+from problems.fitting.config import AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineSchedule
 from problems.fitting.problem import START_STREAM, Value, rel_error
 from sopt.sim import Projectile, State, rollout
 from sopt.tape import Tape
@@ -88,10 +88,10 @@ class ProjectileConfig(FitConfig):
     true: TrueValues = Field(default_factory=TrueValues, description="true parameters (make the observations)")
     init: InitValues = Field(default_factory=InitValues, description="initial guess")
     noise_std: float = Field(0.0, ge=0.0, le=10.0, description="std of the noise on each observed coordinate (m)")
-    optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.1),   # type: ignore[assignment]
-                                  description="optimiser, tiny-cuda-nn style")
-    schedule: WarmupCosineSchedule = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),  # type: ignore[assignment]
-                                           description="learning-rate schedule")
+    optimizer: OptimizerConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.1),
+                                       description="optimiser, tiny-cuda-nn style (on the normalised parameters)")
+    schedule: ScheduleConfig = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),
+                                     description="learning-rate schedule")
     steps: int = Field(300, ge=1, le=10_000_000, description="optimiser steps")
     launch_height: float = Field(1.0, ge=0.0, le=100.0, description="height of the launch point (m)")
     duration: float = Field(5.0, gt=0.0, le=1000.0, description="observed time span (s)")
@@ -130,7 +130,7 @@ class FitProjectile(FittingProblem):
                                high=FIT_BOUNDS[name][1])
         device = sopt.get_device()
         self.x0 = spy.Tensor.from_numpy(device, np.tile(np.float32([0.0, config.launch_height]), (k, 1)))
-        self.clean = self.simulate({n: getattr(config.true, n) for n in NAMES}, self.at)[:, 0, :]   # (n_obs, 2)
+        self.clean = self.simulate(self.true_values(), self.at)[:, 0, :]                          # (n_obs, 2) m
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(device, np.ascontiguousarray(np.repeat(self.observed[:, None, :], k, axis=1)))
         self.time_grid = spy.Tensor.from_numpy(device, np.ascontiguousarray(
@@ -163,18 +163,20 @@ class FitProjectile(FittingProblem):
 
     # -- simulation --------------------------------------------------------------------------------------------
     def simulate(self, values: dict[str, Any], at: list[int]) -> np.ndarray:
-        """Positions (len(at), K, 2) at steps ``at`` for parameter values (numbers or (K,) arrays), run now
-        (no tape) with a Projectile of its own."""
+        """Positions (len(at), n, 2) in m at steps ``at`` of n balls with the given parameter values (each a
+        number or an (n,) array; drag clipped at 0 and restitution into [0, 1]), run now (no tape) by a
+        Projectile of its own."""
         cfg = self.config
-        k = cfg.multi_start
-        arrays = {n: np.broadcast_to(np.asarray(values[n], np.float64), (k,)) for n in NAMES}
-        a = np.radians(arrays["angle"])
-        v0 = (arrays["speed"][:, None] * np.stack([np.cos(a), np.sin(a)], axis=1)).astype(np.float32)
-        x0 = np.tile(np.float32([0.0, cfg.launch_height]), (k, 1))
-        sim = Projectile(x0, v0, dt=cfg.dt, drag=np.maximum(arrays["drag"], 0.0).astype(np.float32),
-                         restitution=np.clip(arrays["restitution"], 0.0, 1.0).astype(np.float32))
+        arrays = np.broadcast_arrays(*[np.atleast_1d(np.asarray(values[n], np.float64)) for n in NAMES])
+        drag, restitution, speed, angle = (a.ravel() for a in arrays)
+        n = speed.size
+        a = np.radians(angle)
+        v0 = (speed[:, None] * np.stack([np.cos(a), np.sin(a)], axis=1)).astype(np.float32)
+        x0 = np.tile(np.float32([0.0, cfg.launch_height]), (n, 1))
+        sim = Projectile(x0, v0, dt=cfg.dt, drag=np.maximum(drag, 0.0).astype(np.float32),
+                         restitution=np.clip(restitution, 0.0, 1.0).astype(np.float32))
         traj = rollout(sim, sim.initial_state(), max(at), observe="x", at=at).trajectory
-        return traj.to_numpy().reshape(len(at), k, 2).astype(np.float64)
+        return traj.to_numpy().reshape(len(at), n, 2).astype(np.float64)
 
     def objective(self, tape: Tape, step: int) -> Any:
         """Launch velocities from speed and angle, the rollout observed at the observation steps, and per (time,
@@ -254,20 +256,21 @@ class FitProjectile(FittingProblem):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        every = max(1, self.steps // 400)
-        fine = list(range(every, self.steps + 1, every))
-        fitted = self.simulate(self.fitted(), fine)[:, 0, :]
-        initial = self.simulate({n: self.starts[n][0] for n in NAMES}, fine)[:, 0, :]
-        truth = self.simulate(self.true_values(), fine)[:, 0, :]
+        every = max(1, self.steps // 200)
+        fine = list(range(0, self.steps + 1, every))
+        fitted, truth = self.fitted(), self.true_values()
+        # three balls in one run: the initial guess (start 0), the true and the fitted parameters
+        paths = self.simulate({n: [self.starts[n][0], truth[n], fitted[n]] for n in NAMES}, fine)
+        initial, truth_path, fitted_path = paths[:, 0], paths[:, 1], paths[:, 2]
         fig, ax = plt.subplots(figsize=(9, 4.2))
         ax.plot(initial[:, 0], initial[:, 1], ":", color="0.5", label="initial guess")
-        ax.plot(truth[:, 0], truth[:, 1], "-", color="0.75", lw=3, label="true path")
-        ax.plot(fitted[:, 0], fitted[:, 1], "-", color="C1", lw=1.5, label="fitted")
+        ax.plot(truth_path[:, 0], truth_path[:, 1], "-", color="0.75", lw=3, label="true path")
+        ax.plot(fitted_path[:, 0], fitted_path[:, 1], "-", color="C1", lw=1.5, label="fitted")
         ax.plot(self.observed[:, 0], self.observed[:, 1], "o", color="C0", ms=4, label="observed")
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set_xlabel("x (m)")
         ax.set_ylabel("height (m)")
-        f = self.fitted()
+        f = fitted
         ax.set_title(f"fitted: drag {f['drag']:.4g} 1/m, restitution {f['restitution']:.4g}, speed {f['speed']:.4g} "
                      f"m/s, angle {f['angle']:.4g} deg")
         ax.legend(loc="upper right", fontsize=8)
