@@ -1,0 +1,244 @@
+"""fit_cloth: recover a cloth's spring stiffness and damping from the observed positions of its particles.
+
+The cloth is an ``nx`` x ``ny`` grid of particles of ``particle_mass`` kg, ``spacing`` m apart, joined by
+SpringSystem.cloth's structural (horizontal and vertical neighbours) and shear (both diagonals of every cell)
+springs, in 3D (axis 1 up, gravity 9.81 m/s^2 down). It starts at rest and horizontal (in the plane y = 0, the
+top row along z = 0 and the rest towards -z), held only at the top row's two corners, and swings down under
+gravity (semi-implicit Euler steps of ``dt`` s). Its particles' positions (N, 3) are observed at
+``observations`` times evenly spread over ``duration`` s (the last one at ``duration``), plus Gaussian noise of
+``noise_std`` m; the loss is their mean squared difference from the simulated positions (m^2).
+
+Parameters (result.json keys, documented ranges of ``true``):
+
+=============  =======  ===============  ======  =====================================================
+name           unit     range of true    scale   meaning
+=============  =======  ===============  ======  =====================================================
+``stiffness``  N/m      [50, 250]        100     spring stiffness k (shared; the field's mean per spring)
+``damping``    N s/m    [0.02, 0.2]      0.1     spring damping c along the spring (shared)
+=============  =======  ===============  ======  =====================================================
+
+In these ranges, with the defaults (8 x 8 particles of 10 g, 5 cm apart, 0.3 s), the swing stretches the
+springs by up to 5 to 25% and excites their stretching oscillations, so both shape the observations.
+
+**Per-spring stiffness** (``per_spring: true``): one stiffness per spring is fitted (S values; S = 210 for 8 x 8)
+while damping stays shared, and ``stiffness``'s error is the field's, ||fitted - true||_2 / ||true||_2. The
+true field varies smoothly over the cloth: spring s with its midpoint at (u, v) in [0, 1]^2 (column and row,
+from the lower left corner of the rest grid) has
+
+    k_s = stiffness * (1 + stiffness_variation * cos(pi u) * sin(pi (v - 1/2)))
+
+(``stiffness_variation`` in [0, 0.5]). Identifiability: a spring's stiffness shows in the data only through the
+force it carries; every spring of this cloth is loaded by the swing (none joins two pinned particles), but the
+springs along the free bottom edge carry little, so their stiffness is weakly determined and converges slowly.
+``smoothness`` (weight, m^2: the data term's unit) adds R = weight / S * sum_s [(z_s - z_right)^2 + (z_s -
+z_up)^2], z = k / scale, over each spring family's grid (smoothness.py, computed on the tape by fit_cloth.slang):
+it ties each weakly determined spring to its neighbours, which for a smooth true field costs a bias far below the
+1% target.
+
+**Stability.** Semi-implicit Euler is stable for dt^2 w^2 + 2 dt gamma < 4 over the system's modes; SpringSystem
+refuses a dt that is certainly unstable. The fit may overshoot on its way, so the problem checks dt with 1.5x the
+largest true and initial stiffness and damping (a ValueError otherwise); the defaults (dt 2 ms, 10 g) leave
+room up to about 600 N/m.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+import slangpy as spy
+from pydantic import Field, model_validator
+
+import sopt
+from problems.fit_cloth.smoothness import SpringSmoothness
+from problems.fitting import FitConfig, FittingProblem, StrictModel
+from problems.fitting.config import AdamConfig, WarmupCosineSchedule
+from problems.fitting.problem import Value
+from sopt.losses import MSELoss
+from sopt.sim import SpringSystem, rollout
+from sopt.tape import Tape
+
+RANGES = {"stiffness": (50.0, 250.0), "damping": (0.02, 0.2)}
+SCALES = {"stiffness": 100.0, "damping": 0.1}
+UNITS = {"stiffness": "N/m", "damping": "N s/m"}
+STABILITY_MARGIN = 1.5   # dt must pass SpringSystem's check at this times the largest true / initial values
+
+
+class TrueValues(StrictModel):
+    """The true parameters (they make the observations), within the documented ranges."""
+
+    stiffness: float = Field(120.0, ge=RANGES["stiffness"][0], le=RANGES["stiffness"][1],
+                             description="spring stiffness, or the mean of the per-spring field (N/m)")
+    damping: float = Field(0.06, ge=RANGES["damping"][0], le=RANGES["damping"][1],
+                           description="spring damping along the spring (N s/m)")
+    stiffness_variation: float = Field(0.0, ge=0.0, le=0.5, description="relative amplitude of the per-spring "
+                                                                        "stiffness field (1; 0: uniform)")
+
+
+class InitValues(StrictModel):
+    """The initial guess (physically valid, not bound to the ranges)."""
+
+    stiffness: float = Field(70.0, gt=0.0, le=1e6, description="stiffness of every spring (N/m)")
+    damping: float = Field(0.15, ge=0.0, le=1e3, description="spring damping (N s/m)")
+
+
+class ClothConfig(FitConfig):
+    """fit_cloth's config: the shared keys (problems.fitting.FitConfig) and the cloth's."""
+
+    true: TrueValues = Field(default_factory=TrueValues, description="true parameters (make the observations)")
+    init: InitValues = Field(default_factory=InitValues, description="initial guess")
+    noise_std: float = Field(0.0, ge=0.0, le=10.0, description="std of the noise on each observed coordinate (m)")
+    optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.05),   # type: ignore[assignment]
+                                  description="optimiser, tiny-cuda-nn style")
+    schedule: WarmupCosineSchedule = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),  # type: ignore[assignment]
+                                           description="learning-rate schedule")
+    steps: int = Field(120, ge=1, le=10_000_000, description="optimiser steps")
+    nx: int = Field(8, ge=2, le=4096, description="particles per row")
+    ny: int = Field(8, ge=2, le=4096, description="particles per column (rows)")
+    spacing: float = Field(0.05, gt=0.0, le=100.0, description="rest distance of neighbouring particles (m)")
+    particle_mass: float = Field(0.01, gt=0.0, le=1e6, description="mass of every particle (kg)")
+    dt: float = Field(0.002, gt=0.0, le=1.0, description="simulation time step (s)")
+    duration: float = Field(0.3, gt=0.0, le=1e6, description="observed time span (s)")
+    observations: int = Field(10, ge=1, le=100_000, description="number of observation times")
+    per_spring: bool = Field(False, description="fit one stiffness per spring (true) or one for all (false)")
+    smoothness: float = Field(1e-7, ge=0.0, le=1e6, description="weight of the per-spring stiffness smoothness "
+                                                               "regulariser (m^2; per_spring only)")
+    rollout_budget: int | None = Field(None, ge=3, description="states held by the rollout (None: store all; "
+                                                                "fewer recompute the rest in the backward)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ClothConfig":
+        steps = round(self.duration / self.dt)
+        if steps < 1 or steps % self.observations or abs(steps * self.dt - self.duration) > 1e-9 * self.duration:
+            raise ValueError(f"duration / dt = {self.duration / self.dt:g} steps must be a whole multiple of "
+                             f"observations = {self.observations} (duration {self.duration:g} s, dt {self.dt:g} s)")
+        if self.true.stiffness_variation > 0 and not self.per_spring:
+            raise ValueError(f"true.stiffness_variation = {self.true.stiffness_variation:g} needs per_spring: true "
+                             "(one shared stiffness cannot match a varying field)")
+        return self
+
+
+def horizontal_cloth(nx: int, ny: int, spacing: float) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(x0 (N, 3) m, springs (S, 2), pinned particle indices) of SpringSystem.cloth's grid laid horizontally:
+    particle r * nx + c at (c spacing, 0, (r - (ny - 1)) spacing), so the top row r = ny - 1 lies along z = 0 and
+    its two corners are pinned. The springs are SpringSystem.cloth's (same order)."""
+    template = SpringSystem.cloth(nx, ny, spacing, dim=3, pin="top_corners", stiffness=0.0, dt=1.0)
+    r, c = np.divmod(np.arange(nx * ny), nx)
+    x0 = np.stack([c * spacing, np.zeros(nx * ny), (r - (ny - 1)) * spacing], axis=1)
+    return x0.astype(np.float32), template.springs.copy(), np.flatnonzero(template.pinned_mask).tolist()
+
+
+def stiffness_field(springs: np.ndarray, nx: int, ny: int, mean: float, variation: float) -> np.ndarray:
+    """(S,) float64 per-spring stiffness (N/m) of the smooth true field (module docstring)."""
+    r, c = np.divmod(np.arange(nx * ny), nx)
+    u = (c[springs[:, 0]] + c[springs[:, 1]]) / (2.0 * (nx - 1))
+    v = (r[springs[:, 0]] + r[springs[:, 1]]) / (2.0 * (ny - 1))
+    return mean * (1.0 + variation * np.cos(np.pi * u) * np.sin(np.pi * (v - 0.5)))
+
+
+class FitCloth(FittingProblem):
+    """Stiffness (shared or per spring) and damping of a swinging cloth from its observed particle positions."""
+
+    name = "fit_cloth"
+    schema = ClothConfig
+    description = "Fit a swinging cloth's spring stiffness (shared or per spring) and damping to observed positions."
+
+    def __init__(self, config: ClothConfig) -> None:
+        super().__init__(config)
+        cfg = config
+        self.n_steps = round(cfg.duration / cfg.dt)
+        stride = self.n_steps // cfg.observations
+        self.at = [stride * (i + 1) for i in range(cfg.observations)]
+        self.times = np.asarray(self.at, np.float64) * cfg.dt                        # (K,) s
+        self.x0, self.springs, self.pinned = horizontal_cloth(cfg.nx, cfg.ny, cfg.spacing)
+        self.n_springs = int(self.springs.shape[0])
+        self.true_stiffness = (stiffness_field(self.springs, cfg.nx, cfg.ny, cfg.true.stiffness,
+                                               cfg.true.stiffness_variation)
+                               if cfg.per_spring else np.array([cfg.true.stiffness]))
+        self._check_dt()
+        self.clean = self.simulate(self.true_stiffness, cfg.true.damping, self.at)    # (K, N, 3) m
+        self.observed = self.add_noise(self.clean)
+        self.target = spy.Tensor.from_numpy(sopt.get_device(), np.ascontiguousarray(self.observed))
+        k_init = np.full(self.n_springs if cfg.per_spring else 1, cfg.init.stiffness)
+        self.stiffness = self.add_parameter("stiffness", k_init, SCALES["stiffness"], UNITS["stiffness"])
+        self.damping = self.add_parameter("damping", [cfg.init.damping], SCALES["damping"], UNITS["damping"])
+        self.sim = self._system(self.stiffness.physical, self.damping.physical)
+        self.smoothness = (SpringSmoothness(cfg.nx, cfg.ny, cfg.smoothness, SCALES["stiffness"])
+                           if cfg.per_spring and cfg.smoothness > 0 else None)
+        self.mse = MSELoss()
+        self._terms: tuple[Any, spy.Tensor | None] | None = None
+
+    def _system(self, stiffness: Any, damping: Any) -> SpringSystem:
+        cfg = self.config
+        return SpringSystem(self.x0, self.springs, stiffness=stiffness, damping=damping, mass=cfg.particle_mass,
+                            pinned=self.pinned, dt=cfg.dt)
+
+    def _check_dt(self) -> None:
+        """ValueError unless dt passes SpringSystem's stability check at STABILITY_MARGIN x the largest true and
+        initial values (room for the fit to overshoot)."""
+        cfg = self.config
+        k = STABILITY_MARGIN * max(float(self.true_stiffness.max()), cfg.init.stiffness)
+        c = STABILITY_MARGIN * max(cfg.true.damping, cfg.init.damping)
+        try:
+            self._system(k, c)
+        except ValueError as exc:
+            raise ValueError(f"config dt = {cfg.dt:g} s is too large: the step must stay stable up to "
+                             f"{STABILITY_MARGIN} x the largest true or initial stiffness and damping ({k:g} N/m, "
+                             f"{c:g} N s/m): {exc}") from None
+
+    def simulate(self, stiffness: Any, damping: float, at: list[int]) -> np.ndarray:
+        """Positions (len(at), N, 3) (m) at steps ``at`` for stiffness (a number or (S,)) and damping, run now
+        (no tape) with a SpringSystem of its own."""
+        k = np.asarray(stiffness, np.float32).reshape(-1)
+        sim = self._system(k if k.size > 1 else float(k[0]), float(damping))
+        traj = rollout(sim, sim.initial_state(), max(at), observe="x", at=at).trajectory
+        return traj.to_numpy().reshape(len(at), -1, 3).astype(np.float64)
+
+    def objective(self, tape: Tape, step: int) -> Any:
+        """The rollout observed at the observation times and its mean squared distance to the observations (m^2),
+        plus the per-spring smoothness terms when fitted per spring: the loss is their sum."""
+        traj = rollout(self.sim, self.sim.initial_state(), self.n_steps, observe="x", at=self.at,
+                       budget=self.config.rollout_budget).trajectory                 # (K, N, 3)
+        data = self.mse(traj, self.target)
+        terms = self.smoothness(self.stiffness.physical) if self.smoothness is not None else None
+        self._terms = (data, terms)
+        tape.metrics["loss_terms"] = self._read_terms
+        return [data, terms] if terms is not None else data
+
+    def _read_terms(self) -> dict[str, float]:
+        data, terms = self._terms
+        out = {"data_loss": float(data.item())}
+        if terms is not None:
+            out["regularization"] = float(terms.to_numpy().astype(np.float64).sum())
+        return out
+
+    # -- results -----------------------------------------------------------------------------------------------
+    def true_values(self) -> dict[str, Value]:
+        k = self.true_stiffness
+        return {"stiffness": k.copy() if k.size > 1 else float(k[0]), "damping": float(self.config.true.damping)}
+
+    def fitted(self) -> dict[str, Value]:
+        k = self.stiffness.numpy().reshape(-1)
+        return {"stiffness": k if self.config.per_spring else float(k[0]),
+                "damping": float(self.damping.numpy().reshape(-1)[0])}
+
+    def summary(self) -> list[str]:
+        if not self.config.per_spring:
+            return []
+        fit, true = self.fitted()["stiffness"], self.true_stiffness
+        worst = float(np.max(np.abs(fit - true) / true))
+        return [f"per-spring stiffness ({self.n_springs} springs): fitted range [{fit.min():.4g}, {fit.max():.4g}] "
+                f"N/m (true [{true.min():.4g}, {true.max():.4g}]), largest relative error of one spring {worst:.3g}"]
+
+    def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
+        from problems.fit_cloth.plot import plot_cloth, plot_stiffness_field
+        cfg = self.config
+        fitted = self.fitted()
+        positions = self.simulate(fitted["stiffness"], fitted["damping"], self.at)
+        files = [plot_cloth(out_dir / "cloth.png", self.times, self.observed, positions, self.x0, self.springs,
+                            cfg.nx, cfg.ny)]
+        if cfg.per_spring:
+            files.append(plot_stiffness_field(out_dir / "stiffness_field.png", self.x0, self.springs,
+                                              self.true_stiffness, np.asarray(fitted["stiffness"])))
+        return files
