@@ -144,11 +144,12 @@ class FittingProblem:
         return {name: as_value(p.numpy()) for name, p in self.scaled.items()}
 
     def evaluate(self) -> float:
-        """The loss at the current parameters (a forward pass on a tape of its own, no optimiser step): the
-        ``loss`` of result.json. Problems whose :meth:`fitted` picks among candidates pick here."""
+        """The loss at the current parameters (a forward pass on a tape of its own, no optimiser step, as the
+        objective of step ``config.steps``): the ``loss`` of result.json. Problems whose :meth:`fitted` picks among
+        candidates pick here."""
         tape = Tape()
         with tape:
-            loss = self(tape, 0)
+            loss = self(tape, self.config.steps)
         tape.submit()
         return loss_scalar(loss)
 

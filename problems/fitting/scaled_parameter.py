@@ -80,7 +80,8 @@ class ScaledParameter:
         if not np.isfinite(values).all():
             raise ValueError(f"ScaledParameter {name!r}: initial value(s) must be finite, got {values}")
         if (values < self.low).any() or (values > self.high).any():
-            raise ValueError(f"ScaledParameter {name!r}: initial value(s) {values} outside [{self.low:g}, {self.high:g}]")
+            raise ValueError(f"ScaledParameter {name!r}: initial value(s) {values} outside [{self.low:g}, "
+                             f"{self.high:g}]")
         self.trainable = sopt.Parameter((values / self.scale).astype(np.float32), name=self.name)
         self.physical = sopt.Parameter(values.astype(np.float32), name=f"{self.name} (physical)")
 
@@ -89,7 +90,8 @@ class ScaledParameter:
         return self.trainable.shape
 
     def record(self) -> None:
-        """Record ``physical = clamp(scale * normalised, low, high)`` and its backward on the current tape (run now without one)."""
+        """Record ``physical = clamp(scale * normalised, low, high)`` and its backward on the current tape (without
+        one: run now)."""
         n = int(np.prod(self.shape))
         grid = spy.grid((n,))
         z, p = self.trainable, self.physical

@@ -155,7 +155,8 @@ def test_resume_needs_an_unfinished_run(tmp_path, capsys):
 def _drop(drag: sopt.Parameter, restitution: float = 0.6) -> tuple[Projectile, np.ndarray]:
     x0 = np.array([[0.0, 2.0], [0.0, 1.0]], np.float32)
     v0 = np.array([[3.0, 1.0], [5.0, 4.0]], np.float32)
-    return Projectile(x0, v0, dt=0.01, drag=drag, restitution=restitution), np.array([[2.0, 0.5], [3.0, 1.0]], np.float32)
+    target = np.array([[2.0, 0.5], [3.0, 1.0]], np.float32)
+    return Projectile(x0, v0, dt=0.01, drag=drag, restitution=restitution), target
 
 
 def _loss(sim: Projectile, target: np.ndarray, before=None):
