@@ -175,7 +175,8 @@ class NBodyMasses(FittingProblem):
         lines = ["per body:  true      fitted    rel. error" + ("   1-sigma (noise)" if std is not None else "")]
         for i in range(self.n_bodies):
             extra = f"   {std[i]:.2e}" if std is not None else ""
-            lines.append(f"  body {i}: {true[i]:<9.4g} {fitted[i]:<9.5g} {abs(fitted[i] - true[i]) / true[i]:.2e}{extra}")
+            err = abs(fitted[i] - true[i]) / true[i]
+            lines.append(f"  body {i}: {true[i]:<9.4g} {fitted[i]:<9.5g} {err:.2e}{extra}")
         return lines
 
     def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
