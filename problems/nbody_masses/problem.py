@@ -67,7 +67,7 @@ class NBodyMassesConfig(FitConfig):
     n_observations: int = Field(25, ge=1, le=10_000, description="observation times, evenly spaced over the "
                                                                  "window (the last at its end)")
     softening: float = Field(0.1, ge=0.02, le=0.5, description="Plummer softening length (length units)")
-    steps: int = Field(150, ge=1, le=10_000_000, description="optimiser steps")
+    steps: int = Field(200, ge=1, le=10_000_000, description="optimiser steps")
 
     # cross-key checks as field validators (each error then names its key); fields validate in declaration
     # order, so info.data holds the keys declared before
@@ -127,7 +127,8 @@ class NBodyMasses(FittingProblem):
         self.clean = self.simulate(np.asarray(c.true.masses))                    # (K, N, 2)
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(sopt.get_device(), self.observed)
-        self.masses = self.add_parameter("masses", c.init.masses, scale=1.0, unit="mass units")
+        # kept within [0.05, 10] (a mass <= 0 would make gravity repel); the true ones lie well inside
+        self.masses = self.add_parameter("masses", c.init.masses, scale=1.0, unit="mass units", low=0.05, high=10.0)
         self.sim = NBody(self.x0, self.v0, self.masses.physical, dt=c.dt, G=1.0, softening=c.softening)
         self.loss_fn = MSELoss()
         self.initial_guess = np.asarray(c.init.masses, np.float64)
@@ -172,10 +173,11 @@ class NBodyMasses(FittingProblem):
         true = np.asarray(self.config.true.masses)
         fitted = self.masses.numpy()
         std = self.mass_std(fitted)
-        lines = ["per body:  true      fitted    rel. error" + ("   1-sigma (noise)" if std is not None else "")]
+        lines = ["per body:  true      fitted    rel. error" + ("   1-sigma (mass units, from the noise)" if std is not None else "")]
         for i in range(self.n_bodies):
             extra = f"   {std[i]:.2e}" if std is not None else ""
-            lines.append(f"  body {i}: {true[i]:<9.4g} {fitted[i]:<9.5g} {abs(fitted[i] - true[i]) / true[i]:.2e}{extra}")
+            err = abs(fitted[i] - true[i]) / true[i]
+            lines.append(f"  body {i}: {true[i]:<9.4g} {fitted[i]:<9.5g} {err:.2e}{extra}")
         return lines
 
     def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
