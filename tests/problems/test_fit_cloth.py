@@ -22,7 +22,7 @@ from tests.sim.fields_reference import central_fd
 from tests.sim.spring_system_reference import SpringParams, step as reference_step
 
 # a 4 x 4 cloth, 30 steps, 3 observations: for the tests of the mechanics (not of recovery)
-TINY = {"nx": 4, "ny": 4, "duration": 0.12, "observations": 3, "steps": 6, "log_every": 2, "checkpoint_every": 3}
+TINY = {"nx": 4, "ny": 4, "duration": 0.09, "observations": 3, "steps": 6, "log_every": 2, "checkpoint_every": 3}
 
 
 class Interrupt(Callback):
@@ -64,7 +64,7 @@ def test_the_cloth_starts_horizontal_held_at_its_top_corners():
     np.testing.assert_allclose(x0[:5, 2], -0.3, rtol=1e-6)             # the bottom row 3 spacings away
     assert pinned == [15, 19]
     lengths = np.linalg.norm(x0[springs[:, 1]] - x0[springs[:, 0]], axis=1)
-    np.testing.assert_allclose(np.sort(np.unique(lengths.round(6))), [0.1, np.sqrt(2) * 0.1], rtol=1e-6)
+    np.testing.assert_allclose(np.sort(np.unique(lengths.round(5))), [0.1, np.sqrt(2) * 0.1], rtol=1e-5)
     np.testing.assert_array_equal(springs, SpringSystem.cloth(5, 4, 0.1, stiffness=1.0, dt=1e-3).springs)
 
 
@@ -93,7 +93,7 @@ def test_the_true_stiffness_field_is_smooth_and_centred_on_the_mean():
     assert abs(k.mean() - 100.0) < 1.0                    # around the mean
     n = cloth_neighbours(8, 8)
     has = n[:, 0] >= 0
-    assert np.abs(k[n[has, 0]] - k[has]).max() < 0.1 * 100.0   # neighbours differ by < 10%
+    assert np.abs(k[n[has, 0]] - k[has]).max() < 0.15 * 100.0   # neighbours differ by < 15% of the mean
     np.testing.assert_allclose(stiffness_field(springs, 8, 8, 100.0, 0.0), 100.0)
 
 
@@ -114,12 +114,15 @@ def test_smoothness_value_and_gradient_match_the_float64_reference():
 
 # -- the problem ---------------------------------------------------------------------------------------------------
 def test_observations_follow_the_float64_spring_integrator():
-    config = load_config(ClothConfig, None, {**TINY, "per_spring": True, "true": {"stiffness_variation": 0.4}})
+    config = load_config(ClothConfig, None, {**TINY, "per_spring": True, "prestretch": 0.1,
+                                             "true": {"stiffness_variation": 0.3}})
     problem = FitCloth(config)
-    x0, springs, pinned = horizontal_cloth(4, 4, config.spacing)
+    grid, springs, pinned = horizontal_cloth(4, 4, config.spacing)
     mask = np.zeros(16, bool)
     mask[pinned] = True
-    rest = np.linalg.norm(x0[springs[:, 1]] - x0[springs[:, 0]], axis=1).astype(np.float32).astype(np.float64)
+    rest = np.linalg.norm(grid[springs[:, 1]] - grid[springs[:, 0]], axis=1).astype(np.float32).astype(np.float64)
+    x0 = (grid * 1.1).astype(np.float32)     # stretched by 10% about the pinned corner at the origin
+    np.testing.assert_array_equal(problem.x0, x0)
     params = SpringParams(springs=springs, stiffness=problem.true_stiffness, damping=np.array([config.true.damping]),
                           rest_length=rest, mass=np.array([config.particle_mass]),
                           gravity=np.array([0.0, -9.81, 0.0]), dt=config.dt, pinned=mask)
@@ -131,7 +134,7 @@ def test_observations_follow_the_float64_spring_integrator():
             want.append(x.copy())
     assert problem.observed.shape == (3, 16, 3)
     np.testing.assert_allclose(problem.observed, np.array(want), atol=2e-6)
-    assert np.abs(np.array(want)[-1] - x0).max() > 0.05   # it fell
+    assert np.abs(np.array(want)[-1] - x0).max() > 0.03   # it fell (free fall: 4 cm in 0.09 s)
 
 
 def test_the_objectives_gradient_matches_central_differences():
@@ -162,7 +165,9 @@ def test_noise_free_data_recover_shared_parameters_within_one_percent(true, tmp_
 
 
 def test_noise_free_data_recover_a_per_spring_field_within_one_percent(tmp_path):
-    config = load_config(ClothConfig, None, {"per_spring": True, "true": {"stiffness_variation": 0.3}})
+    # the per-spring range's corner of the most damping (the default fit; 0.76% in the float64 prototype)
+    config = load_config(ClothConfig, None, {"per_spring": True, "true": {"stiffness": 120.0, "damping": 0.2,
+                                                                          "stiffness_variation": 0.3}})
     result = run(FitCloth, config, tmp_path / "out", progress=False).result
     assert result["rel_error"]["stiffness"] < 0.01, result["rel_error"]
     assert result["rel_error"]["damping"] < 0.01, result["rel_error"]
@@ -172,14 +177,17 @@ def test_noise_free_data_recover_a_per_spring_field_within_one_percent(tmp_path)
 
 def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
     sigma = 0.002   # m
-    config = load_config(ClothConfig, None, {"noise_std": sigma, "steps": 60})
+    config = load_config(ClothConfig, None, {"noise_std": sigma, "steps": 80, "init": {"stiffness": 60.0,
+                                                                                       "damping": 0.15}})
     out = tmp_path / "noisy"
     result = run(FitCloth, config, out, progress=False).result
     history = records(out / "metrics.jsonl")
-    assert history[-2]["loss"] < 0.05 * history[0]["loss"]
-    # at the fit, the mean squared distance is about the noise's variance (2 parameters absorb nothing to speak of)
-    assert 0.8 * sigma ** 2 < result["loss"] < 1.5 * sigma ** 2
-    assert 1e-5 < max(result["rel_error"].values()) < 0.1
+    assert history[0]["data_loss"] > 1.5 * sigma ** 2   # step 10, on its way
+    # at the fit, over all observations, the mean squared distance is the noise's variance (1920 coordinates; the
+    # 2 parameters absorb nothing to speak of)
+    assert 0.9 * sigma ** 2 < result["loss"] < 1.1 * sigma ** 2
+    assert result["rel_error"]["stiffness"] < 0.02
+    assert 1e-5 < max(result["rel_error"].values()) < 0.5
 
 
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys):
@@ -202,6 +210,10 @@ BAD = [
     ({"observations": 7}, "must be a whole multiple of observations = 7"),
     ({"per_spring": "yes"}, "config per_spring = 'yes': must be a valid boolean"),
     ({"nx": 1}, "config nx = 1: must be greater than or equal to 2"),
+    ({"per_spring": True, "true": {"stiffness": 200.0}}, "true.stiffness = 200 N/m is outside [50, 120], the range "
+                                                         "documented for per_spring fits"),
+    ({"true": {"stiffness_variation": 0.4}, "per_spring": True}, "config true.stiffness_variation = 0.4: must be "
+                                                                 "less than or equal to 0.3"),
     ({"smoothnes": 1.0}, "config smoothnes = 1.0: unknown key; did you mean 'smoothness'?"),
 ]
 

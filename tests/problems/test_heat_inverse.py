@@ -173,10 +173,10 @@ def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
     config = load_config(HeatConfig, None, {"noise_std": sigma, "steps": 60})
     out = tmp_path / "noisy"
     result = run(HeatInverse, config, out, progress=False).result
-    records = records(out / "metrics.jsonl")
-    assert records[-1]["loss"] < 0.2 * records[0]["loss"]
-    # the data term cannot fall below the noise's variance, less what the fit absorbs
-    assert records[-2]["data_loss"] > 0.5 * sigma ** 2
+    history = records(out / "metrics.jsonl")
+    # converged to the noise: the data term ends at the noise's variance (3600 readings, less what the fit absorbs)
+    assert history[0]["data_loss"] > 1.3 * sigma ** 2
+    assert 0.8 * sigma ** 2 < history[-2]["data_loss"] < 1.05 * sigma ** 2
     assert 1e-3 < result["rel_error"]["conductivity"] < 0.15
 
 
