@@ -9,16 +9,11 @@ Euler steps of ``dt`` s). Its particles' positions (N, 3) are observed at ``obse
 over ``duration`` s (the last one at ``duration``), plus Gaussian noise of ``noise_std`` m; the loss is their
 mean squared difference from the simulated positions (m^2), over a growing horizon (below).
 
-Parameters (result.json keys, documented ranges of ``true``):
+Parameters (result.json keys, documented ranges of ``true``, ScaledParameter scales):
 
-=============  =======  ===============  ======  =====================================================
-name           unit     range of true    scale   meaning
-=============  =======  ===============  ======  =====================================================
-``stiffness``  N/m      [50, 250]        100     spring stiffness k (shared); per spring: the field's
-                        ([50, 120] per           mean
-                        spring)
-``damping``    N s/m    [0.02, 0.2]      0.1     spring damping c along the spring (shared)
-=============  =======  ===============  ======  =====================================================
+- ``stiffness`` (N/m): spring stiffness k, shared, in [50, 250]; per spring, the field's mean, in [50, 120];
+  scale 100.
+- ``damping`` (N s/m): spring damping c along the spring, shared, in [0.02, 0.2]; scale 0.1.
 
 **Excitation.** With the defaults (8 x 8 particles of 20 g, 5 cm apart, 10% prestretch, 0.3 s) every spring
 starts pulling with k * 0.1 * l0, so the particles' first accelerations show the stiffness directly; the
@@ -26,12 +21,12 @@ release rings the springs (damping ratios 0.005 to 0.1), whose decay shows the d
 the cloth by 5 to 25%. The damping's effect on the positions is far weaker than the stiffness's (10% of damping
 moves them by a few percent of what 1% of stiffness does) but its ringing is seen from the first observation.
 
-**Curriculum.** The springs ring at ~10 Hz, so over the whole window a stiffness ~10% off puts the simulated
-ringing a period out of phase with the observed one: the loss has local minima there. The loss of optimiser step
-i sees only the first ceil(f_i * observations) observations, f growing linearly from ``horizon_start`` at step 0
-to 1 at ``horizon_ramp`` x ``steps`` (horizon_loss.py, fit_cloth.slang): the first observations fix the
-stiffness in the right basin, the whole window then sharpens both. ``loss`` in result.json is over all
-observations.
+**Curriculum.** The springs ring at tens of hertz, so over the whole window a stiffness ~10% off puts the
+simulated ringing a period out of phase with the observed one: the loss has local minima there. The loss of
+optimiser step i sees only the first ceil(f_i * observations) observations, f growing linearly from
+``horizon_start`` at step 0 to 1 at ``horizon_ramp`` x ``steps`` (horizon_loss.py, fit_cloth.slang): the first
+observations fix the stiffness in the right basin, the whole window then sharpens both. ``loss`` in result.json
+is over all observations.
 
 **Per-spring stiffness** (``per_spring: true``): one stiffness per spring is fitted (S values; S = 210 for 8 x 8)
 while damping stays shared, and ``stiffness``'s error is the field's, ||fitted - true||_2 / ||true||_2. The
@@ -182,7 +177,8 @@ class FitCloth(FittingProblem):
         self.at = [stride * (i + 1) for i in range(cfg.observations)]
         self.times = np.asarray(self.at, np.float64) * cfg.dt                        # (K,) s
         rest, self.springs, self.pinned = horizontal_cloth(cfg.nx, cfg.ny, cfg.spacing)
-        self.rest_length = np.linalg.norm(rest[self.springs[:, 1]] - rest[self.springs[:, 0]], axis=1).astype(np.float32)
+        ends = rest[self.springs]                                                     # (S, 2, 3)
+        self.rest_length = np.linalg.norm(ends[:, 1] - ends[:, 0], axis=1).astype(np.float32)
         # stretched about the pinned corner at the origin: every spring starts in tension
         self.x0 = (rest * (1.0 + cfg.prestretch)).astype(np.float32)
         self.n_springs = int(self.springs.shape[0])
@@ -283,7 +279,8 @@ class FitCloth(FittingProblem):
         from problems.fit_cloth.plot import plot_cloth, plot_stiffness_field
         cfg = self.config
         fitted = self.fitted()
-        positions = self.simulate(fitted["stiffness"], fitted["damping"], self.at)
+        # a diverged fit may leave a negative value, which SpringSystem refuses: the picture clips it
+        positions = self.simulate(np.maximum(fitted["stiffness"], 0.0), max(fitted["damping"], 0.0), self.at)
         files = [plot_cloth(out_dir / "cloth.png", self.times, self.observed, positions, self.x0, self.springs,
                             cfg.nx, cfg.ny)]
         if cfg.per_spring:

@@ -291,8 +291,10 @@ class HeatInverse(FittingProblem):
     def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
         from problems.heat_inverse.plot import plot_fields, plot_readings
         fit = self.fitted()["conductivity"]
+        # the readings of the fitted field, clipped into Diffusion2D's stable range (a diverged fit leaves it)
+        stable = np.clip(fit, 1e-12, self.config.cell_size ** 2 / (4.0 * self.config.dt))
         fields = plot_fields(out_dir / "fields.png", self.truth, fit, self.u0, self.sensors.cells,
                              self.config.grid * self.config.cell_size)
         readings = plot_readings(out_dir / "readings.png", self.times, self.observed,
-                                 self.sensors.of(self.simulate(fit)), self.sensors.cells)
+                                 self.sensors.of(self.simulate(stable)), self.sensors.cells)
         return [fields, readings]
