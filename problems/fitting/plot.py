@@ -6,11 +6,7 @@ import math
 import os
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")   # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def _series(history: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -31,6 +27,10 @@ def plot_history(history: list[dict[str, Any]], true: dict[str, Any], units: dic
     start of a multi-start fit) with the true value dashed; one logged only as ``rel_error/<name>`` (a field) as its
     relative error on a log scale. ``history``: metrics records (``step``, ``loss``, ...).
     """
+    import matplotlib   # imported here: a second of start-up that a config error should not wait for
+    matplotlib.use("Agg")   # files only, no display
+    import matplotlib.pyplot as plt
+
     names = list(true)
     panels = 1 + len(names)
     cols = min(panels, 3)

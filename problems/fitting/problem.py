@@ -92,14 +92,16 @@ class FittingProblem:
         self.scaled: dict[str, ScaledParameter] = {}
 
     # -- helpers for subclasses --------------------------------------------------------------------------------
-    def add_parameter(self, name: str, initial: Any, scale: float, unit: str = "") -> ScaledParameter:
+    def add_parameter(self, name: str, initial: Any, scale: float, unit: str = "", *, low: float | None = None,
+                      high: float | None = None) -> ScaledParameter:
         """A trainable physical parameter ``name`` starting at ``initial`` (physical units), normalised by
-        ``scale`` (its typical magnitude); it appears in result.json, metrics and checkpoints under ``name``."""
+        ``scale`` (its typical magnitude) and kept within [``low``, ``high``] (see ScaledParameter); it appears in
+        result.json, metrics and checkpoints under ``name``."""
         if name in self.scaled:
             raise ValueError(f"{type(self).__name__}: parameter {name!r} added twice")
         if name in RESERVED_METRICS or "/" in name:
             raise ValueError(f"{type(self).__name__}: parameter name {name!r} is reserved or holds '/'")
-        p = ScaledParameter(name, initial, scale, unit)
+        p = ScaledParameter(name, initial, scale, unit, low=low, high=high)
         self.scaled[name] = p
         return p
 
@@ -142,11 +144,12 @@ class FittingProblem:
         return {name: as_value(p.numpy()) for name, p in self.scaled.items()}
 
     def evaluate(self) -> float:
-        """The loss at the current parameters (a forward pass on a tape of its own, no optimiser step): the
-        ``loss`` of result.json. Problems whose :meth:`fitted` picks among candidates pick here."""
+        """The loss at the current parameters (a forward pass on a tape of its own, no optimiser step, as the
+        objective of step ``config.steps``): the ``loss`` of result.json. Problems whose :meth:`fitted` picks among
+        candidates pick here."""
         tape = Tape()
         with tape:
-            loss = self(tape, 0)
+            loss = self(tape, self.config.steps)
         tape.submit()
         return loss_scalar(loss)
 

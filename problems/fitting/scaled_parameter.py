@@ -5,7 +5,7 @@ Physical parameters differ in scale by orders of magnitude (a quadratic drag of 
 one ``lr`` on raw parameters either crawls on the large ones or overshoots the small ones. A ScaledParameter
 keeps the trained value dimensionless::
 
-    physical = scale * normalised        (scale: a typical magnitude of the parameter, in its unit)
+    physical = clamp(scale * normalised, low, high)   (scale: a typical magnitude of the parameter, in its unit)
 
 The optimiser steps ``normalised`` (:attr:`trainable`, a :class:`sopt.Parameter` named after the physical
 quantity, what checkpoints save); the simulator reads :attr:`physical`, another Parameter that no optimiser
@@ -15,6 +15,11 @@ into ``dL/dnormalised`` and clears ``dL/dphysical`` (one dispatch). Training the
 training the physical ones with every optimiser hyperparameter made relative to ``scale`` (Adam: lr * scale and
 epsilon / scale; SGD: lr * scale^2), so the learning rate, ``max_grad_norm`` and the schedule apply alike to all
 parameters, and a config's ``learning_rate`` of 0.05 moves each parameter by up to about 5% of its scale per step.
+
+``low`` / ``high`` (default unbounded) keep the physical value where the simulator is valid and informative (a
+restitution below 0 stops every bounce, which has no gradient): the forward clamps, and the backward passes the
+gradient taken at the clamped value straight through, so a parameter pushed past a bound is pulled back as soon
+as the loss prefers the inside. :meth:`numpy` (the reported value) is clamped alike.
 """
 
 from __future__ import annotations
@@ -46,22 +51,37 @@ def _function(name: str) -> Any:
     return _functions[key]
 
 
+def _bound(value: float) -> float:
+    """A bound as the kernel takes it: +-inf as float32's largest finite value (no inf through the uniforms)."""
+    big = float(np.finfo(np.float32).max)
+    return float(np.clip(value, -big, big))
+
+
 class ScaledParameter:
-    """A physical parameter ``physical = scale * normalised`` (see the module docstring).
+    """A physical parameter ``physical = clamp(scale * normalised, low, high)`` (see the module docstring).
 
     Args:
         name: the parameter's name (the trainable Parameter's, so the checkpoint's key).
         initial: the initial physical value(s), a number or an array (float32 on the GPU).
         scale: its typical magnitude in ``unit`` (> 0); e.g. the middle of its documented range.
         unit: for messages and plots ("1/m", "m/s", "" for a pure number).
+        low, high: bounds of the physical value (None: unbounded); ``initial`` must lie within them.
     """
 
-    def __init__(self, name: str, initial: Any, scale: float, unit: str = "") -> None:
+    def __init__(self, name: str, initial: Any, scale: float, unit: str = "", *, low: float | None = None,
+                 high: float | None = None) -> None:
         self.name, self.unit = str(name), str(unit)
         self.scale = check_float(scale, f"ScaledParameter {name!r} scale", low=0.0, low_inclusive=False)
+        self.low = -np.inf if low is None else check_float(low, f"ScaledParameter {name!r} low")
+        self.high = np.inf if high is None else check_float(high, f"ScaledParameter {name!r} high")
+        if not self.low < self.high:
+            raise ValueError(f"ScaledParameter {name!r}: low={self.low:g} must be below high={self.high:g}")
         values = np.atleast_1d(np.asarray(initial, np.float64))
         if not np.isfinite(values).all():
             raise ValueError(f"ScaledParameter {name!r}: initial value(s) must be finite, got {values}")
+        if (values < self.low).any() or (values > self.high).any():
+            raise ValueError(f"ScaledParameter {name!r}: initial value(s) {values} outside [{self.low:g}, "
+                             f"{self.high:g}]")
         self.trainable = sopt.Parameter((values / self.scale).astype(np.float32), name=self.name)
         self.physical = sopt.Parameter(values.astype(np.float32), name=f"{self.name} (physical)")
 
@@ -70,13 +90,15 @@ class ScaledParameter:
         return self.trainable.shape
 
     def record(self) -> None:
-        """Record ``physical = scale * normalised`` and its backward on the current tape (run now without one)."""
+        """Record ``physical = clamp(scale * normalised, low, high)`` and its backward on the current tape (without
+        one: run now)."""
         n = int(np.prod(self.shape))
         grid = spy.grid((n,))
         z, p = self.trainable, self.physical
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_function("scaled_to_physical"), enc, grid, self.scale, tp.flat(z.values), tp.flat(p.values))
+            launch(_function("scaled_to_physical"), enc, grid, self.scale, _bound(self.low), _bound(self.high),
+                   tp.flat(z.values), tp.flat(p.values))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             launch(_function("scaled_pull_gradient"), enc, grid, self.scale, tp.flat(p.grad), tp.flat(z.grad))
@@ -87,7 +109,9 @@ class ScaledParameter:
 
     def numpy(self) -> np.ndarray:
         """The physical value(s) now, float64, from the trained normalised ones (waits for the GPU)."""
-        return self.scale * np.asarray(self.trainable.numpy(), np.float64)
+        values = (self.scale * np.asarray(self.trainable.numpy(), np.float32)).astype(np.float64)
+        return np.clip(values, self.low, self.high)
 
     def __repr__(self) -> str:
-        return f"ScaledParameter({self.name!r}, shape={self.shape}, scale={self.scale:g} {self.unit})"
+        return (f"ScaledParameter({self.name!r}, shape={self.shape}, scale={self.scale:g} {self.unit}, "
+                f"bounds=[{self.low:g}, {self.high:g}])")
