@@ -47,9 +47,10 @@ stretches less and its field is determined less well: per spring, the documented
 (at 150 N/m the defaults reach ~0.95%, at 250 N/m 5%).
 
 **Stability.** Semi-implicit Euler is stable for dt^2 w^2 + 2 dt gamma < 4 over the system's modes; SpringSystem
-refuses a dt that is certainly unstable. The fit may overshoot on its way, so the problem checks dt with 1.5x the
-largest true and initial stiffness and damping (a ValueError otherwise). At the defaults (dt 3 ms, 20 g) the
-stiffest mode of the 8 x 8 cloth (7.6 k / m) stays stable up to about 1000 N/m.
+refuses a dt that is certainly unstable. The fitted values are clamped to [0, 1.5 x max(top of the documented
+range, initial value)] (ScaledParameter; 375 N/m and 0.3 N s/m at the defaults), and dt must pass SpringSystem's
+check at the top of that box (a ValueError otherwise). At the defaults (dt 3 ms, 20 g) the stiffest mode of the
+8 x 8 cloth (7.6 k / m) stays stable up to about 1000 N/m.
 """
 
 from __future__ import annotations
@@ -190,8 +191,11 @@ class FitCloth(FittingProblem):
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(sopt.get_device(), np.ascontiguousarray(self.observed))
         k_init = np.full(self.n_springs if cfg.per_spring else 1, cfg.init.stiffness)
-        self.stiffness = self.add_parameter("stiffness", k_init, SCALES["stiffness"], UNITS["stiffness"])
-        self.damping = self.add_parameter("damping", [cfg.init.damping], SCALES["damping"], UNITS["damping"])
+        bounds = self.fit_bounds()
+        self.stiffness = self.add_parameter("stiffness", k_init, SCALES["stiffness"], UNITS["stiffness"],
+                                            low=bounds["stiffness"][0], high=bounds["stiffness"][1])
+        self.damping = self.add_parameter("damping", [cfg.init.damping], SCALES["damping"], UNITS["damping"],
+                                          low=bounds["damping"][0], high=bounds["damping"][1])
         self.sim = self._system(self.stiffness.physical, self.damping.physical)
         self.smoothness = (SpringSmoothness(cfg.nx, cfg.ny, cfg.smoothness, SCALES["stiffness"])
                            if cfg.per_spring and cfg.smoothness > 0 else None)
@@ -203,18 +207,24 @@ class FitCloth(FittingProblem):
         return SpringSystem(self.x0, self.springs, stiffness=stiffness, damping=damping, mass=cfg.particle_mass,
                             rest_length=self.rest_length, pinned=self.pinned, dt=cfg.dt)
 
-    def _check_dt(self) -> None:
-        """ValueError unless dt passes SpringSystem's stability check at STABILITY_MARGIN x the largest true and
-        initial values (room for the fit to overshoot)."""
+    def fit_bounds(self) -> dict[str, tuple[float, float]]:
+        """name -> (low, high): the box the fitted values are clamped to (ScaledParameter), from 0 to
+        STABILITY_MARGIN x the larger of the documented range's top and the initial value."""
         cfg = self.config
-        k = STABILITY_MARGIN * max(float(self.true_stiffness.max()), cfg.init.stiffness)
-        c = STABILITY_MARGIN * max(cfg.true.damping, cfg.init.damping)
+        return {name: (0.0, STABILITY_MARGIN * max(RANGES[name][1], getattr(cfg.init, name)))
+                for name in ("stiffness", "damping")}
+
+    def _check_dt(self) -> None:
+        """ValueError unless dt passes SpringSystem's stability check at the top of the fit's box (the stiffest
+        and most damped system the fit can reach)."""
+        cfg = self.config
+        k, c = (high for _, high in self.fit_bounds().values())
         try:
             self._system(k, c)
         except ValueError as exc:
             raise ValueError(f"config dt = {cfg.dt:g} s is too large: the step must stay stable up to "
-                             f"{STABILITY_MARGIN} x the largest true or initial stiffness and damping ({k:g} N/m, "
-                             f"{c:g} N s/m): {exc}") from None
+                             f"{STABILITY_MARGIN} x the top of the documented ranges or the initial values "
+                             f"({k:g} N/m, {c:g} N s/m): {exc}") from None
 
     def simulate(self, stiffness: Any, damping: float, at: list[int]) -> np.ndarray:
         """Positions (len(at), N, 3) (m) at steps ``at`` for stiffness (a number or (S,)) and damping, run now

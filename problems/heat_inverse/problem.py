@@ -35,9 +35,10 @@ m^2/s (metals; up to 4x contrast either way), a disc of radius 0.15 to 0.3 plate
 0.25 to 0.6, lying inside the plate at least 0.1 side from its edges.
 
 **Stability.** The explicit step needs dt <= cell_size^2 / (4 kappa_max) (Diffusion2D refuses a larger dt). The
-fit may overshoot the true values on its way, so the config must leave room: dt <= cell_size^2 / (4 * 1.5 *
-kappa_max) over the true and initial values (a config error otherwise); the defaults (dt 0.08 s, 1 cm cells)
-are stable up to 3.1e-4 m^2/s.
+fitted field is kept within [1e-7, cell_size^2 / (4 dt)] m^2/s (problems.fitting.ScaledParameter's clamp), so
+no optimiser step can make the rollout unstable, and the config must leave the fit room above the documented
+range: dt <= cell_size^2 / (4 * 1.5 * max(2e-4, init)) (a config error otherwise). The defaults (dt 0.08 s,
+1 cm cells) clamp at 3.1e-4 m^2/s.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ SCALE = 1e-4                        # m^2/s, the ScaledParameter normalisation
 STABILITY_MARGIN = 1.5              # dt must be stable up to this times the largest true / initial kappa
 EDGE_MARGIN = 0.1                   # an inclusion keeps this far (plate sides) from the plate's edges
 SUBSAMPLES = 8                      # per cell side, for the cell averages of the inclusion
+FIT_LOW = 1e-7                      # m^2/s, the fitted conductivity's lower bound (it must stay positive)
 
 
 def _conductivity(default: float) -> Any:
@@ -188,12 +190,13 @@ class HeatConfig(FitConfig):
         if steps < 1 or steps % self.observations or abs(steps * self.dt - self.duration) > 1e-9 * self.duration:
             raise ValueError(f"duration / dt = {self.duration / self.dt:g} steps must be a whole multiple of "
                              f"observations = {self.observations} (duration {self.duration:g} s, dt {self.dt:g} s)")
-        kmax = max(self.true.background, self.true.inclusion.conductivity, self.init.conductivity)
+        kmax = max(CONDUCTIVITY_RANGE[1], self.init.conductivity)
         bound = self.cell_size ** 2 / (4.0 * STABILITY_MARGIN * kmax)
         if self.dt > bound:
             raise ValueError(f"dt = {self.dt:g} s is too large: the explicit step must stay stable up to "
-                             f"{STABILITY_MARGIN} x the largest true or initial conductivity ({kmax:g} m^2/s), "
-                             f"so dt <= cell_size^2 / (4 * {STABILITY_MARGIN} * {kmax:g}) = {bound:.4g} s")
+                             f"{STABILITY_MARGIN} x the top of the documented range or the initial conductivity "
+                             f"({kmax:g} m^2/s), so dt <= cell_size^2 / (4 * {STABILITY_MARGIN} * {kmax:g}) = "
+                             f"{bound:.4g} s")
         return self
 
 
@@ -239,7 +242,9 @@ class HeatInverse(FittingProblem):
         self.clean = self.sensors.of(self.simulate(self.truth))                  # (K, S) K
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(sopt.get_device(), np.ascontiguousarray(self.observed))
-        self.kappa = self.add_parameter("conductivity", np.full(self.shape, config.init.conductivity), SCALE, "m^2/s")
+        # kept within (0, the explicit step's stable bound]: positive, and stable whatever the optimiser does
+        self.kappa = self.add_parameter("conductivity", np.full(self.shape, config.init.conductivity), SCALE, "m^2/s",
+                                        low=FIT_LOW, high=config.cell_size ** 2 / (4.0 * config.dt))
         self.sim = Diffusion2D(self.u0, self.kappa.physical, config.cell_size, config.dt, boundary="dirichlet")
         reg = config.regularization
         self.regularizer = FieldRegularizer(reg.otype, reg.weight, self.shape, SCALE,

@@ -195,7 +195,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
 
 
 BAD = [
-    ({"dt": 0.12}, "dt = 0.12 s is too large: the explicit step must stay stable up to 1.5 x the largest"),
+    ({"dt": 0.12}, "dt = 0.12 s is too large: the explicit step must stay stable up to 1.5 x the top of the documented range"),
     ({"sensor_grid": [30, 12]}, "sensor_grid rows = 30 must be in [1, grid = 24]"),
     ({"true": {"inclusion": {"center": [0.2, 0.5]}}}, "the disc spans x in [0, 0.4]; it must lie within [0.1, 0.9]"),
     ({"true": {"background": 3e-4}}, "config true.background = 0.0003: must be less than or equal to 0.0002"),
