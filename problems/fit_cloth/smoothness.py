@@ -12,28 +12,14 @@ stiffness of springs the motion hardly loads (their data gradient is small) towa
 
 from __future__ import annotations
 
-import pathlib
-from typing import Any
-
 import numpy as np
 import slangpy as spy
 
+from problems.fit_cloth.kernels import function
 from sopt import device as dev
 from sopt import tape as tp
 from sopt.nn.kernels import launch
 from sopt.parameter import Parameter
-
-_SOURCE = pathlib.Path(__file__).with_name("fit_cloth.slang")
-_functions: dict[tuple[int, str], Any] = {}
-
-
-def _function(name: str) -> Any:
-    """The function ``name`` of fit_cloth.slang on the current device (compiled at its first launch)."""
-    device = dev.get_device()
-    key = (id(device), name)
-    if key not in _functions:
-        _functions[key] = spy.Module.load_from_file(device, str(_SOURCE)).require_function(name)
-    return _functions[key]
 
 
 def family_shapes(nx: int, ny: int) -> list[tuple[int, int]]:
@@ -81,10 +67,10 @@ class SpringSmoothness:
         inv_scale, coef = 1.0 / self.scale, self.weight / self.count
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_function("smoothness_terms"), enc, threads, inv_scale, coef, self._neighbours, k.values, terms)
+            launch(function("smoothness_terms"), enc, threads, inv_scale, coef, self._neighbours, k.values, terms)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_function("smoothness_adjoint"), enc, threads, inv_scale, coef, self._neighbours, k.values,
+            launch(function("smoothness_adjoint"), enc, threads, inv_scale, coef, self._neighbours, k.values,
                    terms.grad, k.grad)
 
         tp.record("SpringSmoothness", forward, backward, writes=[terms], params=[k])

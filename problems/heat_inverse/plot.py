@@ -64,7 +64,8 @@ def plot_readings(path: pathlib.Path, times: np.ndarray, observed: np.ndarray, f
     for n, s in enumerate(pick):
         colour = f"C{n % 10}"
         ax.plot(times, observed[:, s], "o", color=colour, ms=4)
-        ax.plot(times, fitted[:, s], "-", color=colour, lw=1.2, label=f"sensor at cell {tuple(int(v) for v in cells[s])}")
+        label = f"sensor at cell {tuple(int(v) for v in cells[s])}"
+        ax.plot(times, fitted[:, s], "-", color=colour, lw=1.2, label=label)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("temperature (K)")
     ax.set_title("sensor readings: observed (dots) and simulated with the recovered field (lines)")

@@ -7,23 +7,26 @@ disc or a rectangle of conductivity ``inclusion.conductivity``; a cell cut by th
 area-weighted mean of the two (its cell average, computed on an 8 x 8 sub-grid per cell).
 
 **Excitation.** At t = 0 the plate holds a checkerboard of ``checker_blocks`` x ``checker_blocks`` squares at
-+-``amplitude`` K (hot and cold squares side by side): heat starts flowing across every square's edge at once, so
-the flux kappa grad u, and with it the temperatures' sensitivity to kappa, reaches the whole plate within a
-square's width of diffusion, and the squares' decay rates and the heat exchanged between them depend on the
-local kappa. ``duration`` is chosen so that heat diffuses about one square's width (kappa t / cell_size^2 = 11 at
-the defaults): long enough for the flux to cross every cell, short enough that the pattern has not faded.
++-``amplitude`` K (hot and cold squares side by side; 2 x 2 cells each at the defaults): heat starts flowing across
+every square's edge at once, so the flux kappa grad u, and with it the temperatures' sensitivity to kappa, reaches
+the whole plate within a square's width of diffusion, and how fast the squares exchange heat depends on the local
+kappa. ``duration`` lets heat diffuse about a square's width (kappa t / cell_size^2 = 6 for kappa = 1e-4 m^2/s at
+the defaults): long enough for the flux to cross every cell, short enough that the pattern has not faded even
+where kappa = 2e-4 m^2/s.
 
 **Observations.** A ``sensor_grid`` = [rows, cols] grid of point sensors (one cell each, at the centres of a
 rows x cols tiling of the plate) records the temperature at ``observations`` times evenly spread over
 ``duration`` (the last one at ``duration``), plus Gaussian noise of ``noise_std`` K. The data loss is the mean
 squared difference of the simulated and observed readings (K^2).
 
-**Regularisation.** Between sensors the data leave the field loosely determined (where grad u vanishes, a
-cell's kappa does not affect the temperatures at all), so the loss adds ``regularization`` = {otype, weight}:
-gradient-smoothness Tikhonov or smoothed total variation of kappa / scale (regularization.py; computed on the
-tape by heat_inverse.slang with a hand-written adjoint). TV keeps the inclusion's edge sharp and is the default.
-Its weight trades bias (it lowers the inclusion's contrast a little) against the ill-posedness; it scales with the
-square of ``amplitude`` (the data term does).
+**Regularisation.** The data leave parts of the field undetermined: where grad u vanishes a cell's kappa does not
+affect the temperatures, and since a face's conductance is the mean of its two cells' kappa, a perturbation that
+alternates in sign from cell to cell (a checkerboard, or a patch of one) leaves every interior face, and so the
+data, unchanged. The loss therefore adds ``regularization`` = {otype, weight}: gradient-smoothness Tikhonov or
+smoothed total variation of kappa / scale (regularization.py; computed on the tape by heat_inverse.slang with a
+hand-written adjoint), both of which charge such patterns heavily. TV keeps the inclusion's edge sharp and is the
+default. Its weight trades a bias (it lowers the inclusion's contrast a little) against those undetermined
+modes; it scales with the square of ``amplitude`` (as the data term does).
 
 **Parameter** (result.json key ``conductivity``, the (grid, grid) field; error ||fitted - true|| / ||true||):
 trained through problems.fitting.ScaledParameter with scale 1e-4 m^2/s, starting from the uniform
@@ -32,9 +35,10 @@ m^2/s (metals; up to 4x contrast either way), a disc of radius 0.15 to 0.3 plate
 0.25 to 0.6, lying inside the plate at least 0.1 side from its edges.
 
 **Stability.** The explicit step needs dt <= cell_size^2 / (4 kappa_max) (Diffusion2D refuses a larger dt). The
-fit may overshoot the true values on its way, so the config must leave room: dt <= cell_size^2 / (4 * 1.5 *
-kappa_max) over the true and initial values (a config error otherwise); the defaults (dt 0.08 s, 1 cm cells)
-are stable up to 3.1e-4 m^2/s.
+fitted field is kept within [1e-7, cell_size^2 / (4 dt)] m^2/s (problems.fitting.ScaledParameter's clamp), so
+no optimiser step can make the rollout unstable, and the config must leave the fit room above the documented
+range: dt <= cell_size^2 / (4 * 1.5 * max(2e-4, init)) (a config error otherwise). The defaults (dt 0.08 s,
+1 cm cells) clamp at 3.1e-4 m^2/s.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ SCALE = 1e-4                        # m^2/s, the ScaledParameter normalisation
 STABILITY_MARGIN = 1.5              # dt must be stable up to this times the largest true / initial kappa
 EDGE_MARGIN = 0.1                   # an inclusion keeps this far (plate sides) from the plate's edges
 SUBSAMPLES = 8                      # per cell side, for the cell averages of the inclusion
+FIT_LOW = 1e-7                      # m^2/s, the fitted conductivity's lower bound (it must stay positive)
 
 
 def _conductivity(default: float) -> Any:
@@ -154,7 +159,7 @@ class HeatConfig(FitConfig):
     true: TrueField = Field(default_factory=TrueField, description="the true field (makes the observations)")
     init: InitField = Field(default_factory=InitField, description="initial guess")
     noise_std: float = Field(0.0, ge=0.0, le=100.0, description="std of the noise on each reading (K)")
-    optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.05),   # type: ignore[assignment]
+    optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.2),   # type: ignore[assignment]
                                   description="optimiser, tiny-cuda-nn style")
     schedule: WarmupCosineSchedule = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),  # type: ignore[assignment]
                                            description="learning-rate schedule")
@@ -162,13 +167,13 @@ class HeatConfig(FitConfig):
     grid: int = Field(24, ge=8, le=4096, description="cells per plate side")
     cell_size: float = Field(0.01, gt=0.0, le=10.0, description="side of a cell (m)")
     dt: float = Field(0.08, gt=0.0, le=1e6, description="simulation time step (s)")
-    duration: float = Field(12.0, gt=0.0, le=1e9, description="observed time span (s)")
-    observations: int = Field(15, ge=1, le=100_000, description="number of observation times")
-    sensor_grid: list[int] = Field([8, 8], min_length=2, max_length=2,
+    duration: float = Field(6.0, gt=0.0, le=1e9, description="observed time span (s)")
+    observations: int = Field(25, ge=1, le=100_000, description="number of observation times")
+    sensor_grid: list[int] = Field([12, 12], min_length=2, max_length=2,
                                    description="sensors as a [rows, cols] grid, each in [1, grid]")
     amplitude: float = Field(1.0, gt=0.0, le=1e4, description="initial temperature of the hot (+) and cold (-) "
                                                                 "squares of the checkerboard (K)")
-    checker_blocks: int = Field(8, ge=1, le=4096, description="squares per plate side of the initial checkerboard")
+    checker_blocks: int = Field(12, ge=1, le=4096, description="squares per plate side of the initial checkerboard")
     regularization: Regularization = Field(default_factory=TotalVariation,
                                            description="regulariser of the field: {otype: Tikhonov | TV, weight}")
     rollout_budget: int | None = Field(None, ge=3, description="states held by the rollout (None: store all; "
@@ -185,12 +190,13 @@ class HeatConfig(FitConfig):
         if steps < 1 or steps % self.observations or abs(steps * self.dt - self.duration) > 1e-9 * self.duration:
             raise ValueError(f"duration / dt = {self.duration / self.dt:g} steps must be a whole multiple of "
                              f"observations = {self.observations} (duration {self.duration:g} s, dt {self.dt:g} s)")
-        kmax = max(self.true.background, self.true.inclusion.conductivity, self.init.conductivity)
+        kmax = max(CONDUCTIVITY_RANGE[1], self.init.conductivity)
         bound = self.cell_size ** 2 / (4.0 * STABILITY_MARGIN * kmax)
         if self.dt > bound:
             raise ValueError(f"dt = {self.dt:g} s is too large: the explicit step must stay stable up to "
-                             f"{STABILITY_MARGIN} x the largest true or initial conductivity ({kmax:g} m^2/s), "
-                             f"so dt <= cell_size^2 / (4 * {STABILITY_MARGIN} * {kmax:g}) = {bound:.4g} s")
+                             f"{STABILITY_MARGIN} x the top of the documented range or the initial conductivity "
+                             f"({kmax:g} m^2/s), so dt <= cell_size^2 / (4 * {STABILITY_MARGIN} * {kmax:g}) = "
+                             f"{bound:.4g} s")
         return self
 
 
@@ -236,7 +242,9 @@ class HeatInverse(FittingProblem):
         self.clean = self.sensors.of(self.simulate(self.truth))                  # (K, S) K
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(sopt.get_device(), np.ascontiguousarray(self.observed))
-        self.kappa = self.add_parameter("conductivity", np.full(self.shape, config.init.conductivity), SCALE, "m^2/s")
+        # kept within (0, the explicit step's stable bound]: positive, and stable whatever the optimiser does
+        self.kappa = self.add_parameter("conductivity", np.full(self.shape, config.init.conductivity), SCALE, "m^2/s",
+                                        low=FIT_LOW, high=config.cell_size ** 2 / (4.0 * config.dt))
         self.sim = Diffusion2D(self.u0, self.kappa.physical, config.cell_size, config.dt, boundary="dirichlet")
         reg = config.regularization
         self.regularizer = FieldRegularizer(reg.otype, reg.weight, self.shape, SCALE,
@@ -288,8 +296,10 @@ class HeatInverse(FittingProblem):
     def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
         from problems.heat_inverse.plot import plot_fields, plot_readings
         fit = self.fitted()["conductivity"]
+        # the readings of the fitted field, clipped into Diffusion2D's stable range (a diverged fit leaves it)
+        stable = np.clip(fit, 1e-12, self.config.cell_size ** 2 / (4.0 * self.config.dt))
         fields = plot_fields(out_dir / "fields.png", self.truth, fit, self.u0, self.sensors.cells,
                              self.config.grid * self.config.cell_size)
         readings = plot_readings(out_dir / "readings.png", self.times, self.observed,
-                                 self.sensors.of(self.simulate(fit)), self.sensors.cells)
+                                 self.sensors.of(self.simulate(stable)), self.sensors.cells)
         return [fields, readings]
