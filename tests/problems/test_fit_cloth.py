@@ -15,44 +15,17 @@ from problems.fit_cloth import ClothConfig, FitCloth
 from problems.fit_cloth.problem import horizontal_cloth, stiffness_field
 from problems.fit_cloth.smoothness import SpringSmoothness, cloth_neighbours
 from problems.fitting import load_config, run
-from problems.fitting.cli import main
 from sopt.sim import SpringSystem
-from sopt.train import Callback
 from tests.sim.fields_reference import central_fd
 from tests.sim.spring_system_reference import SpringParams, step as reference_step
+from tests.problems.runs import Interrupt, records, run_cli
 
 # a 4 x 4 cloth, 30 steps, 3 observations: for the tests of the mechanics (not of recovery)
 TINY = {"nx": 4, "ny": 4, "duration": 0.09, "observations": 3, "steps": 6, "log_every": 2, "checkpoint_every": 3}
 
 
-class Interrupt(Callback):
-    """Raises KeyboardInterrupt on the metrics step ``at`` (after the loggers: as a kill there would)."""
-
-    order = 90
-
-    def __init__(self, at: int) -> None:
-        super().__init__(None)
-        self.at = at
-
-    def on_metrics(self, trainer, metrics) -> None:
-        if trainer.step == self.at:
-            raise KeyboardInterrupt
-
-
-def records(path) -> list[dict]:
-    """metrics.jsonl's records without their timings."""
-    timing = ("time_s", "steps_per_s")
-    return [{k: v for k, v in json.loads(line).items() if k not in timing}
-            for line in path.read_text(encoding="utf-8").splitlines()]
-
-
 def cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    try:
-        code = main(FitCloth, argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(FitCloth, argv, capsys)
 
 
 # -- geometry and the regulariser ------------------------------------------------------------------------------------

@@ -15,21 +15,14 @@ import pytest
 import sopt
 from problems.fit_projectile import FitProjectile, ProjectileConfig
 from problems.fitting import ConfigError, ScaledParameter, load_config, rel_error, run
-from problems.fitting.cli import main
 from sopt.sim import Projectile, rollout
-from sopt.train import Callback
+from tests.problems.runs import Interrupt, records, run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """main(argv) in this process: (exit status, stdout, stderr); argparse's exits count as statuses."""
-    try:
-        code = main(FitProjectile, argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(FitProjectile, argv, capsys)
 
 
 # -- config errors -------------------------------------------------------------------------------------------------
@@ -239,28 +232,10 @@ def test_rel_error():
 
 
 # -- resume --------------------------------------------------------------------------------------------------------
-class Interrupt(Callback):
-    """Raises KeyboardInterrupt on the metrics step ``at`` (after the loggers: as a kill there would)."""
-
-    order = 90
-
-    def __init__(self, at: int) -> None:
-        super().__init__(None)
-        self.at = at
-
-    def on_metrics(self, trainer, metrics) -> None:
-        if trainer.step == self.at:
-            raise KeyboardInterrupt
 
 
 SMALL = {"steps": 40, "checkpoint_every": 15, "log_every": 5, "observations": 10, "duration": 2.0, "dt": 0.01,
          "multi_start": 3, "noise_std": 0.02}
-
-
-def _records(path: pathlib.Path) -> list[dict]:
-    timing = ("time_s", "steps_per_s")
-    return [{k: v for k, v in json.loads(line).items() if k not in timing}
-            for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys):
@@ -276,7 +251,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     with pytest.raises(KeyboardInterrupt):
         run(FitProjectile, config, cut, progress=False, callbacks=[Interrupt(35)])
     assert not (cut / "result.json").exists()
-    assert [r["step"] for r in _records(cut / "metrics.jsonl")][-2:] == [30, 35]
+    assert [r["step"] for r in records(cut / "metrics.jsonl")][-2:] == [30, 35]
     code, stdout, stderr = cli(["--resume", str(cut), "--no-progress"], capsys)
     assert code == 0, stderr
 
@@ -284,7 +259,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     result = json.loads((whole / "result.json").read_text(encoding="utf-8"))
     assert set(result) == {"true", "fitted", "rel_error", "loss", "steps"} and result["steps"] == 40
     assert set(result["fitted"]) == {"drag", "restitution", "speed", "angle"}
-    assert _records(cut / "metrics.jsonl") == _records(whole / "metrics.jsonl")
+    assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
     assert json.loads((cut / "config.json").read_text()) == json.loads((whole / "config.json").read_text())
     for name in ("curves.png", "trajectories.png", "checkpoint.npz"):
         assert (cut / name).stat().st_size > 1000

@@ -13,47 +13,20 @@ import slangpy as spy
 
 import sopt
 from problems.fitting import load_config, run
-from problems.fitting.cli import main
 from problems.heat_inverse import HeatConfig, HeatInverse
 from problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField, checkerboard, true_field
 from problems.heat_inverse.regularization import FieldRegularizer
 from problems.heat_inverse.sensors import Sensors, sensor_cells
-from sopt.train import Callback
 from tests.sim.fields_reference import central_fd, diffusion_rollout
+from tests.problems.runs import Interrupt, records, run_cli
 
 # an 8 x 8 plate, 12 simulation steps, 4 observations: for the tests of the mechanics (not of recovery)
 TINY = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 0.96, "observations": 4, "steps": 6,
         "log_every": 2, "checkpoint_every": 3, "true": {"inclusion": {"radius": 0.25, "center": [0.5, 0.5]}}}
 
 
-class Interrupt(Callback):
-    """Raises KeyboardInterrupt on the metrics step ``at`` (after the loggers: as a kill there would)."""
-
-    order = 90
-
-    def __init__(self, at: int) -> None:
-        super().__init__(None)
-        self.at = at
-
-    def on_metrics(self, trainer, metrics) -> None:
-        if trainer.step == self.at:
-            raise KeyboardInterrupt
-
-
-def records(path) -> list[dict]:
-    """metrics.jsonl's records without their timings."""
-    timing = ("time_s", "steps_per_s")
-    return [{k: v for k, v in json.loads(line).items() if k not in timing}
-            for line in path.read_text(encoding="utf-8").splitlines()]
-
-
 def cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    try:
-        code = main(HeatInverse, argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(HeatInverse, argv, capsys)
 
 
 # -- kernels -------------------------------------------------------------------------------------------------------

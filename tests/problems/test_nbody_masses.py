@@ -13,8 +13,8 @@ import pytest
 
 from problems.fitting import ConfigError, load_config, resume, run
 from problems.nbody_masses import NBodyMasses, NBodyMassesConfig, ring_layout
-from sopt.train import Callback
 from tests.sim import nbody_reference as ref
+from tests.problems.runs import Interrupt
 
 # small size: a window of 1 time unit (50 leapfrog steps), 10 observations
 SMALL = {"duration": 1.0, "n_observations": 10, "steps": 100, "log_every": 10}
@@ -51,20 +51,6 @@ def test_noise_free_recovery_within_one_percent(masses: list[float], tmp_path: p
     assert err.max() < 0.01, err
     assert out.result["rel_error"]["masses"] < 0.01
     assert out.result["steps"] == SMALL["steps"]
-
-
-class Interrupt(Callback):
-    """Stops a run (an exception, as a crash would) on the metrics step ``at``, after its checkpoint."""
-
-    order = 90
-
-    def __init__(self, at: int) -> None:
-        super().__init__(None)
-        self.at = at
-
-    def on_metrics(self, trainer: Any, metrics: dict[str, Any]) -> None:
-        if trainer.step == self.at:
-            raise KeyboardInterrupt
 
 
 def test_noisy_fit_resumed_equals_uninterrupted_and_reports_its_error(tmp_path: pathlib.Path) -> None:

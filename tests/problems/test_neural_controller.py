@@ -18,8 +18,8 @@ from problems.fitting import ConfigError, load_config, resume, run
 from problems.neural_controller import NeuralController, NeuralControllerConfig, NeuralControllerProblem
 from problems.neural_controller.problem import GROUND
 from sopt.sim import State
-from sopt.train import Callback
 from tests.sim import spring_system_reference as ref
+from tests.problems.runs import Interrupt
 
 
 def config(**overrides: Any) -> NeuralControllerConfig:
@@ -103,18 +103,6 @@ def test_walk_and_its_gradient_match_the_float64_reference() -> None:
 
 
 # -- training ---------------------------------------------------------------------------------------------------
-class Interrupt(Callback):
-    """Stops a run (an exception, as a crash would) on the metrics step ``at``, after its checkpoint."""
-
-    order = 90
-
-    def __init__(self, at: int) -> None:
-        super().__init__(None)
-        self.at = at
-
-    def on_metrics(self, trainer: Any, metrics: dict[str, Any]) -> None:
-        if trainer.step == self.at:
-            raise KeyboardInterrupt
 
 
 def test_training_walks_farther(tmp_path: pathlib.Path) -> None:
