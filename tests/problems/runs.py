@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from problems.fitting.cli import main
+from sopt.problems.fitting.cli import main
 from sopt.train import Callback
 
 

@@ -1,4 +1,4 @@
-"""problems.fit_projectile: observations against the float64 reference integrator, the tape gradient of the whole
+"""sopt.problems.fit_projectile: observations against the float64 reference integrator, the tape gradient of the whole
 objective (launch velocity, rollout, loss terms, normalisation) against central differences, multi-start starts
 that are independent fits, recovery within 1% for true values across the documented ranges, and a noisy fit."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import sopt
-from problems.fit_projectile import FitProjectile, ProjectileConfig
-from problems.fit_projectile.problem import NAMES, RANGES
-from problems.fitting import load_config, run
-from problems.fitting.cli import main
+from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
+from sopt.problems.fit_projectile.problem import NAMES, RANGES
+from sopt.problems.fitting import load_config, run
+from sopt.problems.fitting.cli import main
 from tests.sim.projectile_reference import Coefficients, rollout as reference_rollout
 
 # a 2 s scene in which the ball bounces (lands at about 1 s), so every parameter has a gradient

@@ -1,4 +1,4 @@
-"""problems.heat_inverse: the sensor gather and the regularisers against float64 references (values and gradients),
+"""sopt.problems.heat_inverse: the sensor gather and the regularisers against float64 references (values and gradients),
 the true field's cell averages, the observations against the float64 heat integrator, the whole objective's
 gradient against central differences, recovery within 5% at two corners of the documented ranges, a noisy fit, a
 resumed run equal to the uninterrupted one, and one-line config errors."""
@@ -12,11 +12,11 @@ import pytest
 import slangpy as spy
 
 import sopt
-from problems.fitting import load_config, run
-from problems.heat_inverse import HeatConfig, HeatInverse
-from problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField, checkerboard, true_field
-from problems.heat_inverse.regularization import FieldRegularizer
-from problems.heat_inverse.sensors import Sensors, sensor_cells
+from sopt.problems.fitting import load_config, run
+from sopt.problems.heat_inverse import HeatConfig, HeatInverse
+from sopt.problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField, checkerboard, true_field
+from sopt.problems.heat_inverse.regularization import FieldRegularizer
+from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
 from tests.sim.fields_reference import central_fd, diffusion_rollout
 from tests.problems.runs import Interrupt, records, run_cli
 

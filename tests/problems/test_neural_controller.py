@@ -14,9 +14,9 @@ import pytest
 import slangpy as spy
 
 import sopt
-from problems.fitting import ConfigError, load_config, resume, run
-from problems.neural_controller import NeuralController, NeuralControllerConfig, NeuralControllerProblem
-from problems.neural_controller.problem import GROUND
+from sopt.problems.fitting import ConfigError, load_config, resume, run
+from sopt.problems.neural_controller import NeuralController, NeuralControllerConfig, NeuralControllerProblem
+from sopt.problems.neural_controller.problem import GROUND
 from sopt.sim import State
 from tests.sim import spring_system_reference as ref
 from tests.problems.runs import Interrupt

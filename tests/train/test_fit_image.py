@@ -9,9 +9,9 @@ import pytest
 from PIL import Image
 
 import sopt
-from problems.neural_field_image.__main__ import main
-from problems.neural_field_image.build import build_model, build_optimizer, build_scheduler
-from problems.neural_field_image.config import DEFAULT_CONFIG, load_config
+from sopt.problems.neural_field_image.__main__ import main
+from sopt.problems.neural_field_image.build import build_model, build_optimizer, build_scheduler
+from sopt.problems.neural_field_image.config import DEFAULT_CONFIG, load_config
 from sopt import device as dev
 from sopt import losses, nn
 from sopt.data import generated_image, pixel_coordinates, psnr
@@ -131,7 +131,7 @@ def test_problem_config_values_keep_their_types() -> None:
 
 def test_problem_deterministic_runs_are_bit_identical() -> None:
     """Hash grid + MLP of Linears (both reductions), batches of 1024 (two Linear chunks), 30 steps, twice."""
-    from problems.neural_field_image.run import fit_image
+    from sopt.problems.neural_field_image.run import fit_image
 
     config = load_config(image_size=SIZE, steps=30, batch_size=1024, eval_every=10, log_every=1, deterministic=True,
                          encoding={"otype": "HashGrid", "n_levels": 4, "log2_hashmap_size": 8, "base_resolution": 4,

@@ -1,7 +1,0 @@
-"""``python -m problems.fit_cloth [--config FILE] [--steps N] [--out DIR] [--resume DIR] [--no-progress]``."""
-
-from problems.fit_cloth.problem import FitCloth
-from problems.fitting.cli import entry_point
-
-if __name__ == "__main__":
-    entry_point(FitCloth)

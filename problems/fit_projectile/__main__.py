@@ -1,7 +1,0 @@
-"""``python -m problems.fit_projectile [--config FILE] [--steps N] [--out DIR] [--resume DIR] [--no-progress]``."""
-
-from problems.fit_projectile.problem import FitProjectile
-from problems.fitting.cli import entry_point
-
-if __name__ == "__main__":
-    entry_point(FitProjectile)

@@ -1,0 +1,176 @@
+"""FittingProblem: what a physics-fitting problem provides to the shared runner (sopt.problems.fitting.runner).
+
+A problem subclasses :class:`FittingProblem`, names itself and its config schema, and in ``__init__`` builds its
+simulator, makes the observations from ``config.true`` (plus seeded noise, :meth:`add_noise`) and creates its
+trainable parameters from ``config.init`` with :meth:`add_parameter`. It implements :meth:`objective`; the
+runner does the rest (optimiser, schedule, Trainer, metrics, checkpoints, resume, result.json, the shared
+pictures). Sketch::
+
+    class Values(StrictModel):
+        damping: float = Field(0.25, gt=0.0, le=2.0, description="damping rate (1/s)")
+
+    class PendulumConfig(FitConfig):
+        true: Values = Field(default_factory=Values, description="true values (make the data)")
+        init: Values = Field(default_factory=lambda: Values(damping=0.05), description="initial guess")
+
+    class Pendulum(FittingProblem):
+        name = "fit_pendulum"
+        schema = PendulumConfig
+
+        def __init__(self, config: PendulumConfig) -> None:
+            super().__init__(config)
+            self.damping = self.add_parameter("damping", config.init.damping, scale=0.5, unit="1/s")
+            self.observed = self.add_noise(simulate(config.true.damping))       # numpy, float32
+            self.target = slangpy.Tensor.from_numpy(sopt.get_device(), self.observed)
+
+        def objective(self, tape, step):
+            return MSELoss()(simulate_on_tape(self.damping.physical), self.target)
+
+Trainable values are normalised (:class:`~sopt.problems.fitting.scaled_parameter.ScaledParameter`): the optimiser
+steps ``physical / scale``; the simulator reads ``.physical``, which ``__call__`` (the Trainer's objective)
+refreshes on the tape before calling :meth:`objective`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sopt.problems.fitting.config import FitConfig
+from sopt.problems.fitting.scaled_parameter import ScaledParameter
+from sopt.parameter import Parameter
+from sopt.tape import Tape
+from sopt.train import loss_scalar
+
+# seed streams of FittingProblem.rng (the SeedSequence spawn key after config.seed)
+NOISE_STREAM = 0     # the observation noise
+START_STREAM = 1     # random initial guesses (a problem's multi-start)
+RESERVED_METRICS = ("step", "loss", "lr", "steps_per_s", "time_s", "skipped_steps")
+MAX_LOGGED_ELEMENTS = 64   # a parameter with more elements logs only its rel_error per metrics step
+
+Value = float | np.ndarray
+
+
+def rel_error(fitted: Value, true: Value) -> float:
+    """|fitted - true| / |true| for a number, ||fitted - true||_2 / ||true||_2 for an array; the absolute error
+    where the true value is 0 (no relative error exists there)."""
+    f = np.asarray(fitted, np.float64)
+    t = np.asarray(true, np.float64)
+    if f.shape != t.shape:
+        raise ValueError(f"rel_error: fitted has shape {f.shape}, true {t.shape}")
+    diff = float(np.linalg.norm((f - t).ravel()))
+    norm = float(np.linalg.norm(t.ravel()))
+    return diff / norm if norm > 0.0 else diff
+
+
+def as_value(array: Any) -> Value:
+    """A float for one element, else a float64 array."""
+    a = np.asarray(array, np.float64)
+    return float(a.reshape(-1)[0]) if a.size == 1 else a
+
+
+class FittingProblem:
+    """Base class of a fitting problem (see the module docstring for how one plugs in).
+
+    Class attributes: ``name`` (the package under sopt/problems/, e.g. ``"fit_projectile"``), ``schema`` (its
+    :class:`~sopt.problems.fitting.config.FitConfig` subclass), ``description`` (one line for ``--help``).
+
+    Subclasses implement :meth:`objective` and may override :meth:`fitted`, :meth:`true_values`,
+    :meth:`evaluate`, :meth:`progress_metrics`, :meth:`plot` and :meth:`summary`.
+    """
+
+    name: ClassVar[str]
+    schema: ClassVar[type[FitConfig]]
+    description: ClassVar[str] = ""
+
+    def __init__(self, config: FitConfig) -> None:
+        if not isinstance(config, self.schema):
+            raise ValueError(f"{type(self).__name__} needs a {self.schema.__name__}, got {type(config).__name__}")
+        self.config = config
+        self.scaled: dict[str, ScaledParameter] = {}
+
+    # -- helpers for subclasses --------------------------------------------------------------------------------
+    def add_parameter(self, name: str, initial: Any, scale: float, unit: str = "", *, low: float | None = None,
+                      high: float | None = None) -> ScaledParameter:
+        """A trainable physical parameter ``name`` starting at ``initial`` (physical units), normalised by
+        ``scale`` (its typical magnitude) and kept within [``low``, ``high``] (see ScaledParameter); it appears in
+        result.json, metrics and checkpoints under ``name``."""
+        if name in self.scaled:
+            raise ValueError(f"{type(self).__name__}: parameter {name!r} added twice")
+        if name in RESERVED_METRICS or "/" in name:
+            raise ValueError(f"{type(self).__name__}: parameter name {name!r} is reserved or holds '/'")
+        p = ScaledParameter(name, initial, scale, unit, low=low, high=high)
+        self.scaled[name] = p
+        return p
+
+    def rng(self, stream: int) -> np.random.Generator:
+        """numpy Generator seeded by (config.seed, stream): NOISE_STREAM, START_STREAM, or a problem's own >= 2."""
+        return np.random.default_rng(np.random.SeedSequence(self.config.seed, spawn_key=(int(stream),)))
+
+    def add_noise(self, clean: np.ndarray) -> np.ndarray:
+        """``clean`` + Gaussian noise of std ``config.noise_std`` (seeded; NOISE_STREAM), as float32."""
+        clean = np.asarray(clean, np.float64)
+        noise = self.rng(NOISE_STREAM).standard_normal(clean.shape) * self.config.noise_std
+        return (clean + noise).astype(np.float32)
+
+    # -- the runner's interface ------------------------------------------------------------------------------------
+    def __call__(self, tape: Tape, step: int) -> Any:
+        """The Trainer's objective: refresh every ScaledParameter's physical values, then :meth:`objective`."""
+        for p in self.scaled.values():
+            p.record()
+        return self.objective(tape, step)
+
+    def objective(self, tape: Tape, step: int) -> Any:
+        """Record the forward of step ``step`` on ``tape`` and return the loss (a sopt loss value, a float32
+        array whose sum is the loss, or a list of those): the Trainer's contract."""
+        raise NotImplementedError
+
+    def parameters(self) -> dict[str, Parameter]:
+        """Name -> trainable Parameter: what the optimiser steps and checkpoints save."""
+        return {name: p.trainable for name, p in self.scaled.items()}
+
+    def units(self) -> dict[str, str]:
+        """Name -> unit of each parameter (for plots and messages)."""
+        return {name: p.unit for name, p in self.scaled.items()}
+
+    def true_values(self) -> dict[str, Value]:
+        """Name -> true value (a float, or an array for a vector or field): ``config.true`` by default."""
+        return {k: as_value(v) for k, v in self.config.true.model_dump().items()}
+
+    def fitted(self) -> dict[str, Value]:
+        """Name -> fitted value now, shaped as in :meth:`true_values` (waits for the GPU)."""
+        return {name: as_value(p.numpy()) for name, p in self.scaled.items()}
+
+    def evaluate(self) -> float:
+        """The loss at the current parameters (a forward pass on a tape of its own, no optimiser step, as the
+        objective of step ``config.steps``): the ``loss`` of result.json. Problems whose :meth:`fitted` picks among
+        candidates pick here."""
+        tape = Tape()
+        with tape:
+            loss = self(tape, self.config.steps)
+        tape.submit()
+        return loss_scalar(loss)
+
+    def progress_metrics(self) -> dict[str, float | list[float]]:
+        """Values added to every metrics record: ``value/<name>`` (a float, or a list for up to
+        MAX_LOGGED_ELEMENTS elements) and ``rel_error/<name>`` of :meth:`fitted` against :meth:`true_values`."""
+        out: dict[str, float | list[float]] = {}
+        truth = self.true_values()
+        for name, value in self.fitted().items():
+            a = np.asarray(value, np.float64)
+            if a.size <= MAX_LOGGED_ELEMENTS:
+                out[f"value/{name}"] = float(value) if isinstance(value, float) else [float(v) for v in a.ravel()]
+            if name in truth:
+                out[f"rel_error/{name}"] = rel_error(value, truth[name])
+        return out
+
+    def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
+        """Write the problem's own pictures into ``out_dir`` (the loss and parameter histories are drawn by the
+        runner); returns the files written. ``history``: every metrics record of the run, resumed ones too."""
+        return []
+
+    def summary(self) -> list[str]:
+        """Lines printed after the run (besides the runner's table of true, fitted and relative error)."""
+        return []

@@ -1,0 +1,305 @@
+"""heat_inverse: recover a plate's conductivity field (an inclusion of another material) from sensor temperatures.
+
+The plate is a ``grid`` x ``grid`` field of square cells of side ``cell_size`` m simulated by sopt.sim.Diffusion2D
+(du/dt = div(kappa grad u), explicit steps of ``dt`` s, edges held at 0 K: Dirichlet). Its conductivity kappa
+(m^2/s; Diffusion2D's kappa is the thermal diffusivity) is ``background`` everywhere except in one inclusion, a
+disc or a rectangle of conductivity ``inclusion.conductivity``; a cell cut by the inclusion's edge takes the
+area-weighted mean of the two (its cell average, computed on an 8 x 8 sub-grid per cell).
+
+**Excitation.** At t = 0 the plate holds a checkerboard of ``checker_blocks`` x ``checker_blocks`` squares at
++-``amplitude`` K (hot and cold squares side by side; 2 x 2 cells each at the defaults): heat starts flowing across
+every square's edge at once, so the flux kappa grad u, and with it the temperatures' sensitivity to kappa, reaches
+the whole plate within a square's width of diffusion, and how fast the squares exchange heat depends on the local
+kappa. ``duration`` lets heat diffuse about a square's width (kappa t / cell_size^2 = 6 for kappa = 1e-4 m^2/s at
+the defaults): long enough for the flux to cross every cell, short enough that the pattern has not faded even
+where kappa = 2e-4 m^2/s.
+
+**Observations.** A ``sensor_grid`` = [rows, cols] grid of point sensors (one cell each, at the centres of a
+rows x cols tiling of the plate) records the temperature at ``observations`` times evenly spread over
+``duration`` (the last one at ``duration``), plus Gaussian noise of ``noise_std`` K. The data loss is the mean
+squared difference of the simulated and observed readings (K^2).
+
+**Regularisation.** The data leave parts of the field undetermined: where grad u vanishes a cell's kappa does not
+affect the temperatures, and since a face's conductance is the mean of its two cells' kappa, a perturbation that
+alternates in sign from cell to cell (a checkerboard, or a patch of one) leaves every interior face, and so the
+data, unchanged. The loss therefore adds ``regularization`` = {otype, weight}: gradient-smoothness Tikhonov or
+smoothed total variation of kappa / scale (regularization.py; computed on the tape by heat_inverse.slang with a
+hand-written adjoint), both of which charge such patterns heavily. TV keeps the inclusion's edge sharp and is the
+default. Its weight trades a bias (it lowers the inclusion's contrast a little) against those undetermined
+modes; it scales with the square of ``amplitude`` (as the data term does).
+
+**Parameter** (result.json key ``conductivity``, the (grid, grid) field; error ||fitted - true|| / ||true||):
+trained through sopt.problems.fitting.ScaledParameter with scale 1e-4 m^2/s, starting from the uniform
+``init.conductivity``. Documented ranges of ``true``: background and inclusion conductivity in [5e-5, 2e-4]
+m^2/s (metals; up to 4x contrast either way), a disc of radius 0.15 to 0.3 plate sides or a rectangle of sides
+0.25 to 0.6, lying inside the plate at least 0.1 side from its edges.
+
+**Stability.** The explicit step needs dt <= cell_size^2 / (4 kappa_max) (Diffusion2D refuses a larger dt). The
+fitted field is kept within [1e-7, cell_size^2 / (4 dt)] m^2/s (sopt.problems.fitting.ScaledParameter's clamp), so
+no optimiser step can make the rollout unstable, and the config must leave the fit room above the documented
+range: dt <= cell_size^2 / (4 * 1.5 * max(2e-4, init)) (a config error otherwise). The defaults (dt 0.08 s,
+1 cm cells) clamp at 3.1e-4 m^2/s.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+import slangpy as spy
+from pydantic import Field, model_validator
+
+import sopt
+from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
+from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule
+from sopt.problems.fitting.problem import Value
+from sopt.problems.heat_inverse.regularization import FieldRegularizer
+from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
+from sopt.losses import MSELoss
+from sopt.sim import Diffusion2D, rollout
+from sopt.tape import Tape
+
+CONDUCTIVITY_RANGE = (5e-5, 2e-4)   # m^2/s, background and inclusion
+SCALE = 1e-4                        # m^2/s, the ScaledParameter normalisation
+STABILITY_MARGIN = 1.5              # dt must be stable up to this times the largest true / initial kappa
+EDGE_MARGIN = 0.1                   # an inclusion keeps this far (plate sides) from the plate's edges
+SUBSAMPLES = 8                      # per cell side, for the cell averages of the inclusion
+FIT_LOW = 1e-7                      # m^2/s, the fitted conductivity's lower bound (it must stay positive)
+
+
+def _conductivity(default: float) -> Any:
+    return Field(default, ge=CONDUCTIVITY_RANGE[0], le=CONDUCTIVITY_RANGE[1], description="conductivity (m^2/s)")
+
+
+def _pair(default: tuple[float, float], low: float, high: float, what: str) -> Any:
+    return Field(list(default), min_length=2, max_length=2, description=f"{what}, each in [{low}, {high}]")
+
+
+class Disc(StrictModel):
+    """A disc-shaped inclusion."""
+
+    otype: Literal["Disc"] = "Disc"
+    conductivity: float = _conductivity(2e-4)
+    center: list[float] = _pair((0.55, 0.45), 0.0, 1.0, "centre (x, y) in plate sides from the lower left corner")
+    radius: float = Field(0.2, ge=0.15, le=0.3, description="radius (plate sides)")
+
+    @model_validator(mode="after")
+    def _inside(self) -> "Disc":
+        for axis, c in zip("xy", self.center):
+            if c - self.radius < EDGE_MARGIN or c + self.radius > 1.0 - EDGE_MARGIN:
+                raise ValueError(f"the disc spans {axis} in [{c - self.radius:g}, {c + self.radius:g}]; it must lie "
+                                 f"within [{EDGE_MARGIN}, {1 - EDGE_MARGIN}] (plate sides)")
+        return self
+
+    def mask(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Whether each point (x, y) (plate sides) is inside."""
+        return (x - self.center[0]) ** 2 + (y - self.center[1]) ** 2 <= self.radius ** 2
+
+
+class Rectangle(StrictModel):
+    """An axis-aligned rectangular inclusion."""
+
+    otype: Literal["Rectangle"] = "Rectangle"
+    conductivity: float = _conductivity(2e-4)
+    center: list[float] = _pair((0.5, 0.5), 0.0, 1.0, "centre (x, y) in plate sides from the lower left corner")
+    size: list[float] = _pair((0.4, 0.3), 0.25, 0.6, "(width, height) in plate sides")
+
+    @model_validator(mode="after")
+    def _inside(self) -> "Rectangle":
+        for axis, c, s in zip("xy", self.center, self.size):
+            if not 0.25 <= s <= 0.6:
+                raise ValueError(f"size along {axis} = {s:g} must be in [0.25, 0.6] (plate sides)")
+            if c - s / 2 < EDGE_MARGIN or c + s / 2 > 1.0 - EDGE_MARGIN:
+                raise ValueError(f"the rectangle spans {axis} in [{c - s / 2:g}, {c + s / 2:g}]; it must lie within "
+                                 f"[{EDGE_MARGIN}, {1 - EDGE_MARGIN}] (plate sides)")
+        return self
+
+    def mask(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return (np.abs(x - self.center[0]) <= self.size[0] / 2) & (np.abs(y - self.center[1]) <= self.size[1] / 2)
+
+
+Inclusion = Annotated[Union[Disc, Rectangle], Field(discriminator="otype")]
+
+
+class TrueField(StrictModel):
+    """The true conductivity field: a background with one inclusion (within the documented ranges)."""
+
+    background: float = _conductivity(1e-4)
+    inclusion: Inclusion = Field(default_factory=Disc, description="the inclusion: {otype: Disc | Rectangle, ...}")
+
+
+class InitField(StrictModel):
+    """The initial guess: a uniform field."""
+
+    conductivity: float = Field(1e-4, gt=0.0, le=1.0, description="uniform initial conductivity (m^2/s)")
+
+
+class Tikhonov(StrictModel):
+    """Gradient-smoothness Tikhonov: weight * mean over cells of |grad(kappa / scale)|^2 (forward differences)."""
+
+    otype: Literal["Tikhonov"] = "Tikhonov"
+    weight: float = Field(1e-4, ge=0.0, le=1e6, description="weight (K^2, the data term's unit)")
+
+
+class TotalVariation(StrictModel):
+    """Smoothed total variation: weight * mean over cells of sqrt(|grad(kappa / scale)|^2 + eps^2) - eps."""
+
+    otype: Literal["TV"] = "TV"
+    weight: float = Field(1e-4, ge=0.0, le=1e6, description="weight (K^2, the data term's unit)")
+    epsilon: float = Field(0.01, gt=0.0, le=10.0, description="smoothing of |grad| (units of the scale, 1e-4 m^2/s)")
+
+
+Regularization = Annotated[Union[Tikhonov, TotalVariation], Field(discriminator="otype")]
+
+
+class HeatConfig(FitConfig):
+    """heat_inverse's config: the shared keys (sopt.problems.fitting.FitConfig) and the plate's."""
+
+    true: TrueField = Field(default_factory=TrueField, description="the true field (makes the observations)")
+    init: InitField = Field(default_factory=InitField, description="initial guess")
+    noise_std: float = Field(0.0, ge=0.0, le=100.0, description="std of the noise on each reading (K)")
+    optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.2),   # type: ignore[assignment]
+                                  description="optimiser, tiny-cuda-nn style")
+    schedule: WarmupCosineSchedule = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),  # type: ignore[assignment]
+                                           description="learning-rate schedule")
+    steps: int = Field(150, ge=1, le=10_000_000, description="optimiser steps")
+    grid: int = Field(24, ge=8, le=4096, description="cells per plate side")
+    cell_size: float = Field(0.01, gt=0.0, le=10.0, description="side of a cell (m)")
+    dt: float = Field(0.08, gt=0.0, le=1e6, description="simulation time step (s)")
+    duration: float = Field(6.0, gt=0.0, le=1e9, description="observed time span (s)")
+    observations: int = Field(25, ge=1, le=100_000, description="number of observation times")
+    sensor_grid: list[int] = Field([12, 12], min_length=2, max_length=2,
+                                   description="sensors as a [rows, cols] grid, each in [1, grid]")
+    amplitude: float = Field(1.0, gt=0.0, le=1e4, description="initial temperature of the hot (+) and cold (-) "
+                                                                "squares of the checkerboard (K)")
+    checker_blocks: int = Field(12, ge=1, le=4096, description="squares per plate side of the initial checkerboard")
+    regularization: Regularization = Field(default_factory=TotalVariation,
+                                           description="regulariser of the field: {otype: Tikhonov | TV, weight}")
+    rollout_budget: int | None = Field(None, ge=3, description="states held by the rollout (None: store all; "
+                                                                "fewer recompute the rest in the backward)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "HeatConfig":
+        for name, n in zip(("rows", "cols"), self.sensor_grid):
+            if not 1 <= n <= self.grid:
+                raise ValueError(f"sensor_grid {name} = {n} must be in [1, grid = {self.grid}] (one sensor per cell)")
+        if self.checker_blocks > self.grid:
+            raise ValueError(f"checker_blocks = {self.checker_blocks} must be <= grid = {self.grid}")
+        steps = round(self.duration / self.dt)
+        if steps < 1 or steps % self.observations or abs(steps * self.dt - self.duration) > 1e-9 * self.duration:
+            raise ValueError(f"duration / dt = {self.duration / self.dt:g} steps must be a whole multiple of "
+                             f"observations = {self.observations} (duration {self.duration:g} s, dt {self.dt:g} s)")
+        kmax = max(CONDUCTIVITY_RANGE[1], self.init.conductivity)
+        bound = self.cell_size ** 2 / (4.0 * STABILITY_MARGIN * kmax)
+        if self.dt > bound:
+            raise ValueError(f"dt = {self.dt:g} s is too large: the explicit step must stay stable up to "
+                             f"{STABILITY_MARGIN} x the top of the documented range or the initial conductivity "
+                             f"({kmax:g} m^2/s), so dt <= cell_size^2 / (4 * {STABILITY_MARGIN} * {kmax:g}) = "
+                             f"{bound:.4g} s")
+        return self
+
+
+def true_field(field: TrueField, grid: int) -> np.ndarray:
+    """The (grid, grid) conductivity (m^2/s, float64): ``background`` with the inclusion's cells at its conductivity
+    and the cells its edge cuts at the area-weighted mean. Row r holds y in [r, r + 1] / grid (row 0 at the
+    bottom), column c x in [c, c + 1] / grid."""
+    n = grid * SUBSAMPLES
+    coords = (np.arange(n) + 0.5) / n
+    x, y = np.meshgrid(coords, coords)                   # [row (y), col (x)]
+    inside = field.inclusion.mask(x, y).astype(np.float64)
+    fraction = inside.reshape(grid, SUBSAMPLES, grid, SUBSAMPLES).mean(axis=(1, 3))
+    return field.background + (field.inclusion.conductivity - field.background) * fraction
+
+
+def checkerboard(grid: int, blocks: int, amplitude: float) -> np.ndarray:
+    """(grid, grid) initial temperature (K): +-``amplitude`` on a ``blocks`` x ``blocks`` checkerboard, the
+    lower left square hot; a cell takes the sign at its centre."""
+    centres = (np.arange(grid) + 0.5) / grid
+    index = np.floor(centres * blocks).astype(np.int64)
+    parity = (index[:, None] + index[None, :]) % 2
+    return amplitude * np.where(parity == 0, 1.0, -1.0)
+
+
+class HeatInverse(FittingProblem):
+    """The conductivity field of a plate from the temperatures of a grid of sensors."""
+
+    name = "heat_inverse"
+    schema = HeatConfig
+    description = "Recover a plate's conductivity field (an inclusion) from sensor temperatures over time."
+
+    def __init__(self, config: HeatConfig) -> None:
+        super().__init__(config)
+        g = config.grid
+        self.shape = (g, g)
+        self.n_steps = round(config.duration / config.dt)
+        stride = self.n_steps // config.observations
+        self.at = [stride * (i + 1) for i in range(config.observations)]
+        self.times = np.asarray(self.at, np.float64) * config.dt                 # (K,) s
+        self.u0 = checkerboard(g, config.checker_blocks, config.amplitude).astype(np.float32)
+        self.truth = true_field(config.true, g)                                  # (g, g) m^2/s
+        self.sensors = Sensors(sensor_cells(g, *config.sensor_grid), self.shape)
+        self.clean = self.sensors.of(self.simulate(self.truth))                  # (K, S) K
+        self.observed = self.add_noise(self.clean)
+        self.target = spy.Tensor.from_numpy(sopt.get_device(), np.ascontiguousarray(self.observed))
+        # kept within (0, the explicit step's stable bound]: positive, and stable whatever the optimiser does
+        self.kappa = self.add_parameter("conductivity", np.full(self.shape, config.init.conductivity), SCALE, "m^2/s",
+                                        low=FIT_LOW, high=config.cell_size ** 2 / (4.0 * config.dt))
+        self.sim = Diffusion2D(self.u0, self.kappa.physical, config.cell_size, config.dt, boundary="dirichlet")
+        reg = config.regularization
+        self.regularizer = FieldRegularizer(reg.otype, reg.weight, self.shape, SCALE,
+                                            getattr(reg, "epsilon", 0.01))
+        self.mse = MSELoss()
+        self._terms: tuple[Any, spy.Tensor] | None = None
+
+    def simulate(self, kappa: np.ndarray) -> np.ndarray:
+        """The (K, g, g) temperatures (K) at the observation times for a conductivity field, run now (no tape)."""
+        sim = Diffusion2D(self.u0, np.asarray(kappa, np.float32), self.config.cell_size, self.config.dt,
+                          boundary="dirichlet")
+        traj = rollout(sim, sim.initial_state(), self.n_steps, observe="u", at=self.at).trajectory
+        return traj.to_numpy().reshape(len(self.at), *self.shape).astype(np.float64)
+
+    def objective(self, tape: Tape, step: int) -> Any:
+        """The rollout observed at the observation times, the sensors' readings, their mean squared error to the
+        observations (K^2) plus the regulariser's per-cell terms: the loss is the sum of both."""
+        traj = rollout(self.sim, self.sim.initial_state(), self.n_steps, observe="u", at=self.at,
+                       budget=self.config.rollout_budget).trajectory                     # (K, g, g)
+        data = self.mse(self.sensors.read(traj), self.target)
+        terms = self.regularizer(self.kappa.physical)
+        self._terms = (data, terms)
+        tape.metrics["loss_terms"] = self._read_terms
+        return [data, terms]
+
+    def _read_terms(self) -> dict[str, float]:
+        """The data term and the regulariser of the step just read (the Trainer calls it on metrics steps)."""
+        data, terms = self._terms
+        return {"data_loss": float(data.item()),
+                "regularization": float(terms.to_numpy().astype(np.float64).sum())}
+
+    # -- results -----------------------------------------------------------------------------------------------
+    def true_values(self) -> dict[str, Value]:
+        return {"conductivity": self.truth.copy()}
+
+    def fitted(self) -> dict[str, Value]:
+        return {"conductivity": self.kappa.numpy().reshape(self.shape)}
+
+    def summary(self) -> list[str]:
+        fit, truth = self.fitted()["conductivity"], self.truth
+        inside = truth != self.config.true.background
+        lines = [f"conductivity field {self.shape[0]}x{self.shape[1]}: fitted range [{fit.min():.4g}, {fit.max():.4g}] "
+                 f"m^2/s (true [{truth.min():.4g}, {truth.max():.4g}]); {self.sensors.count} sensors"]
+        if inside.any() and (~inside).any():
+            lines.append(f"mean over the inclusion's cells {fit[inside].mean():.4g} (true {truth[inside].mean():.4g}), "
+                         f"background {fit[~inside].mean():.4g} (true {self.config.true.background:.4g}) m^2/s")
+        return lines
+
+    def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
+        from sopt.problems.heat_inverse.plot import plot_fields, plot_readings
+        fit = self.fitted()["conductivity"]
+        # the readings of the fitted field, clipped into Diffusion2D's stable range (a diverged fit leaves it)
+        stable = np.clip(fit, 1e-12, self.config.cell_size ** 2 / (4.0 * self.config.dt))
+        fields = plot_fields(out_dir / "fields.png", self.truth, fit, self.u0, self.sensors.cells,
+                             self.config.grid * self.config.cell_size)
+        readings = plot_readings(out_dir / "readings.png", self.times, self.observed,
+                                 self.sensors.of(self.simulate(stable)), self.sensors.cells)
+        return [fields, readings]

@@ -1,0 +1,11 @@
+"""neural_controller: an MLP trained through a mass-spring simulator to make a 2D robot walk (see problem.py).
+
+Run ``python -m sopt.problems.neural_controller [--config FILE] [--steps N] [--out DIR] [--resume DIR]``.
+"""
+
+from sopt.problems.neural_controller.controller import NeuralController, walk_loss
+from sopt.problems.neural_controller.problem import NeuralControllerConfig, NeuralControllerProblem
+from sopt.problems.neural_controller.robot import Robot, build_robot
+
+__all__ = ["NeuralController", "NeuralControllerConfig", "NeuralControllerProblem", "Robot", "build_robot",
+           "walk_loss"]

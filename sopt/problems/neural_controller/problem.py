@@ -1,0 +1,146 @@
+"""neural_controller: train an MLP that drives a 2D mass-spring robot to walk (DiffTaichi's mass_spring task).
+
+The robot (robot.py): a few unit squares of side 0.05 m joined into two legs under a back, 16 particles of
+1 kg, 36 damped springs, the vertical edges of the four leg squares actuated (8 actuators), standing on sticky
+ground at y = 0.1 m (``SpringSystem`` with ``ground``: a particle that reaches the ground stops there until
+its springs lift it). Each step an MLP (``sopt.nn.MLP``, tanh) reads sinusoid clock features of t and the
+particles' offsets from the centre and velocities (controller.py) and sets the actuated springs' rest lengths
+``l0 (1 + actuation_strength u)``, u in (-1, 1). Features, MLP layers and simulator steps are recorded on one
+tape; the loss is minus the distance (m) the robot's centre moves along +x in ``episode_steps`` steps, and its
+gradient flows through every step into the MLP's weights.
+
+There are no true values to recover: ``result.json``'s ``fitted`` holds ``distance_before`` (the untrained
+controller's walk) and ``distance_after`` (the trained one's), in m; ``true`` and ``rel_error`` are empty and
+``loss`` is ``-distance_after``. Pictures: ``gait.png`` (a filmstrip of both walks), ``gait.gif`` (the trained
+walk) and ``curves.png`` (redrawn here: the distance walked over the training steps, on a linear scale, since
+the loss is negative).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+import sopt
+from sopt.problems.fitting import FitConfig, FittingProblem
+from sopt.problems.fitting.config import AdamConfig, OptimizerConfig
+from sopt.problems.neural_controller.controller import NeuralController, walk_loss
+from sopt.problems.neural_controller.robot import Robot, build_robot
+from sopt.parameter import Parameter
+from sopt.sim import SpringSystem, rollout
+from sopt.train import loss_scalar
+
+GROUND = 0.1          # m: the ground's height, where the robot's feet start
+FRAMES = 8            # frames of each walk in gait.png
+
+
+class NeuralControllerConfig(FitConfig):
+    """Config of neural_controller (every key checked; SI units)."""
+
+    noise_std: float = Field(0.0, ge=0.0, le=0.0, description="no observations here: must be 0")
+    episode_steps: int = Field(150, ge=10, le=100_000, description="simulator steps of one walk, T (steps)")
+    dt: float = Field(0.005, gt=0.0, le=0.01, description="simulator time step (s)")
+    stiffness: float = Field(1e4, gt=0.0, le=1e6, description="spring stiffness (N/m; particles of 1 kg)")
+    damping: float = Field(10.0, ge=0.0, le=1e3, description="spring damping along each spring (N s/m)")
+    actuation_strength: float = Field(0.2, gt=0.0, le=0.5, description="rest length l0 (1 + strength u) of an "
+                                                                       "actuated spring, u in (-1, 1)")
+    gravity: float = Field(-4.8, ge=-50.0, le=0.0, description="vertical gravity (m/s^2; DiffTaichi's -4.8: the "
+                                                               "robot learns to walk under -9.81 far less often)")
+    hidden_features: int = Field(32, ge=1, le=256, description="width of the MLP's hidden layers")
+    hidden_layers: int = Field(1, ge=1, le=4, description="hidden layers of the MLP (tanh)")
+    n_sin_waves: int = Field(10, ge=1, le=64, description="clock features sin(omega t + 2 pi j / n_sin_waves)")
+    omega: float = Field(10.0, gt=0.0, le=200.0, description="angular frequency of the clock features (rad/s)")
+    state_scale: float = Field(0.05, ge=0.0, le=10.0, description="factor on the position offsets (m) and "
+                                                                  "velocities (m/s) in the MLP's input")
+    optimizer: OptimizerConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.01),
+                                       description="optimiser of the MLP's weights, tiny-cuda-nn style")
+    steps: int = Field(30, ge=1, le=10_000_000, description="training steps (one walk and its backward each)")
+    log_every: int = Field(5, ge=1, description="steps between metrics records (each waits for the GPU)")
+    checkpoint_every: int = Field(20, ge=1, description="steps between checkpoints")
+
+
+class NeuralControllerProblem(FittingProblem):
+    """Train the walking controller (see the module docstring)."""
+
+    name = "neural_controller"
+    schema = NeuralControllerConfig
+    description = "Train an MLP controller that makes a 2D mass-spring robot walk (DiffTaichi's mass_spring)."
+
+    def __init__(self, config: NeuralControllerConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.robot: Robot = build_robot(origin=(0.1, GROUND))
+        r = self.robot
+        self.sim = SpringSystem(r.x0, r.springs, stiffness=c.stiffness, damping=c.damping, dt=c.dt,
+                                gravity=[0.0, c.gravity], ground=GROUND, actuators=r.actuators,
+                                actuation_strength=c.actuation_strength)
+        self.controller = NeuralController(r.n_particles, r.actuators.size, c.dt, hidden=c.hidden_features,
+                                           hidden_layers=c.hidden_layers, n_sin=c.n_sin_waves, omega=c.omega,
+                                           state_scale=c.state_scale, seed=c.seed)
+        self.start_x = float(np.mean(r.x0[:, 0].astype(np.float64)))
+        self.frame_steps = [round(k * c.episode_steps / (FRAMES - 1)) for k in range(FRAMES)]
+        # the untrained walk (the same in a resumed run: the MLP's initialisation is seeded)
+        self.frames_before, self.distance_before = self.walk(self.frame_steps)
+
+    # -- the runner's interface ------------------------------------------------------------------------------------
+    def parameters(self) -> dict[str, Parameter]:
+        """The MLP's Parameters, named ``mlp.<layer>.<weight|bias>`` (what the optimiser steps and checkpoints)."""
+        return {f"mlp.{name}": p for name, p in self.controller.parameters().items()}
+
+    def objective(self, tape: sopt.Tape, step: int) -> Any:
+        final = rollout(self.sim, self.sim.initial_state(), self.config.episode_steps, control=self.controller).state
+        return walk_loss(final.x, self.start_x)
+
+    def true_values(self) -> dict[str, Any]:
+        return {}
+
+    def fitted(self) -> dict[str, Any]:
+        """``distance_before`` and ``distance_after`` (m): the centre's displacement along +x in one walk of
+        the untrained and the current controller."""
+        return {"distance_before": self.distance_before, "distance_after": self.walk([])[1]}
+
+    def units(self) -> dict[str, str]:
+        return {"distance_before": "m", "distance_after": "m"}
+
+    def progress_metrics(self) -> dict[str, float | list[float]]:
+        return {}   # the loss is the (negative) distance already; a walk per metrics step would cost a rollout
+
+    # -- walking -----------------------------------------------------------------------------------------------
+    def walk(self, at: list[int]) -> tuple[np.ndarray | None, float]:
+        """One walk of the current controller, forward only: the positions at steps ``at`` ((len(at), N, 2) m,
+        None for no steps) and the distance (m) the centre moved along +x."""
+        tape = sopt.Tape()
+        with tape:
+            result = rollout(self.sim, self.sim.initial_state(), self.config.episode_steps, control=self.controller,
+                             observe="x" if at else None, at=at or None)
+            loss = walk_loss(result.state.x, self.start_x)
+        tape.submit()
+        frames = None
+        if at:
+            frames = result.trajectory.to_numpy().reshape(len(at), self.robot.n_particles, 2).astype(np.float64)
+        return frames, -loss_scalar(loss)
+
+    # -- reporting ---------------------------------------------------------------------------------------------
+    def summary(self) -> list[str]:
+        after = self.walk([])[1]
+        return [f"distance walked in {self.config.episode_steps * self.config.dt:g} s (centre, along +x): untrained "
+                f"{self.distance_before:+.4f} m, trained {after:+.4f} m"]
+
+    def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
+        from sopt.problems.neural_controller.plot import plot_distance, plot_filmstrip, write_gif
+        c = self.config
+        frames_after, after = self.walk(self.frame_steps)
+        fine = list(range(0, c.episode_steps + 1, max(1, c.episode_steps // 40)))   # ~40 GIF frames
+        gif_frames, _ = self.walk(fine)
+        paths = [out_dir / "gait.png", out_dir / "gait.gif"]
+        times = [t * c.dt for t in self.frame_steps]
+        plot_filmstrip(paths[0], self.robot, GROUND, times, [
+            (f"untrained\n{self.distance_before:+.3f} m", self.frames_before),
+            (f"trained, {history[-1]['step'] if history else 0} steps\n{after:+.3f} m", frames_after)])
+        write_gif(paths[1], self.robot, GROUND, gif_frames, [t * c.dt for t in fine])
+        # the runner's curves.png draws the loss on a log scale, which a negative loss defeats: redrawn here
+        plot_distance(out_dir / "curves.png", history, self.distance_before, title=self.name)
+        return paths
