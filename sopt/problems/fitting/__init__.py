@@ -26,8 +26,8 @@ the result of an uninterrupted one. Config errors are one line each (:class:`Con
 ``error: ...`` and exits 2.
 """
 
-from sopt.problems.fitting.config import (ConfigError, FitConfig, StrictModel, defaults, load_config, merge,
-                                     parse_json, validate)
+from sopt.config.schema import ConfigError, StrictModel, defaults, merge, parse_json, validate
+from sopt.problems.fitting.config import FitConfig, load_config
 from sopt.problems.fitting.problem import FittingProblem, rel_error
 from sopt.problems.fitting.runner import OutputError, RunResult, resume, run
 from sopt.problems.fitting.scaled_parameter import ScaledParameter

@@ -13,7 +13,8 @@ import sys
 from typing import NoReturn
 
 import sopt
-from sopt.problems.fitting.config import ConfigError, load_config
+from sopt.config.schema import ConfigError
+from sopt.problems.fitting.config import load_config
 from sopt.problems.fitting.problem import FittingProblem
 from sopt.problems.fitting.runner import RESULT_FILE, RunResult, resume, run
 from sopt.train import NonFiniteError

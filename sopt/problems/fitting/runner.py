@@ -32,7 +32,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from sopt.problems.fitting.config import ConfigError, FitConfig, load_config
+from sopt.config.schema import ConfigError
+from sopt.problems.fitting.config import FitConfig, load_config
 from sopt.problems.fitting.plot import plot_history
 from sopt.problems.fitting.problem import RESERVED_METRICS, FittingProblem, rel_error
 from sopt.problems.neural_field_image.build import build_optimizer, build_scheduler

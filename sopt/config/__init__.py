@@ -1,0 +1,5 @@
+"""Configs: strict schemas with one-line errors (:mod:`~sopt.config.schema`)."""
+
+from sopt.config.schema import ConfigError, StrictModel, defaults, merge, parse_json, read_json_file, validate
+
+__all__ = ["ConfigError", "StrictModel", "defaults", "merge", "parse_json", "read_json_file", "validate"]
