@@ -52,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                "DIR/report for one sweep or folder, else ./report); an earlier report there is replaced only "
                "with --force.")
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run directories, sweep directories or folders")
-    parser.add_argument("--metric", metavar="NAME", help="final metric that picks the best run and is plotted (default: the "
-                                         "sweep's metric, else loss)")
+    parser.add_argument("--metric", metavar="NAME", help="final metric that picks the best run and is plotted "
+                                                         "(default: the sweep's metric, else loss)")
     parser.add_argument("--mode", choices=("min", "max"), help="whether the best run has the least or the "
                                                                 "greatest --metric (default: the sweep's, else min)")
     parser.add_argument("--columns", metavar="A,B,...", help="comma-separated columns after run and status: "
