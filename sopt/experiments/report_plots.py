@@ -64,7 +64,8 @@ def curves_figure(runs: Sequence[RunRecord], metric: str, keys: Sequence[str],
                   best: RunRecord | None = None) -> "Figure":
     """``metric`` against the step for every run with it in metrics.jsonl, overlaid: one line per run (in
     ``runs``' order, runs without the metric skipped), labelled by its values of ``keys`` (the keys that differ), a
-    run not finished marked ``[status]``; the best run drawn thicker, runs of one or two points with markers. y is logarithmic when every value is positive and they span > 2 decades.
+    run not finished marked ``[status]``; the best run drawn thicker, runs of one or two points with markers.
+    y is logarithmic when every value is positive and they span > 2 decades.
     """
     figure = _new_figure()
     axes = figure.add_subplot()

@@ -267,7 +267,8 @@ def test_text_markdown_and_csv(sweep_dir, capsys):
     assert [c[0].strip() for c in cells] == ["trial-000", "trial-001", "**trial-002**", "trial-003"]
     assert cells[0][4] == f"{final_loss(1e-4, 0):.5g}" and cells[3][5] == "-"
     assert f"best by loss (min): trial-002, loss = {final_loss(0.1, 0):.6g}." in md
-    assert "![curves](curves.png)" in md and "![metric_vs_optimizer.learning_rate](metric_vs_optimizer.learning_rate.png)" in md
+    assert "![curves](curves.png)" in md
+    assert "![metric_vs_optimizer.learning_rate](metric_vs_optimizer.learning_rate.png)" in md
 
 
 def test_columns_option_and_mode_max(sweep_dir, capsys):
