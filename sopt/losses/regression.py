@@ -11,12 +11,14 @@ prediction adds its gradient instead (the gradient of the sum). Nothing is read 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import device as dev
+from sopt.config.registry import ComponentConfig, register
 from sopt.losses.value import LossValue, ResultRing
 from sopt.tape import current_tape
 from sopt.validation import check_float
@@ -52,6 +54,14 @@ class Loss:
     def param(self) -> float:
         """The loss's float parameter in the kernel (Huber delta, RelativeL2 eps)."""
         return 0.0
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Loss":
+        """The loss of ``config`` (its registered config model; losses with an option override this)."""
+        return cls()
+
+    def to_config(self) -> Any:
+        return type(self).config_class()   # type: ignore[attr-defined]
 
     @property
     def name(self) -> str:
@@ -133,18 +143,49 @@ class Loss:
         return f"{self.name}()"
 
 
+class L2Config(ComponentConfig):
+    """Mean squared error, mean((pred - target)^2)."""
+
+    otype: Literal["L2"] = "L2"
+
+
+class L1Config(ComponentConfig):
+    """Mean absolute error, mean(|pred - target|)."""
+
+    otype: Literal["L1"] = "L1"
+
+
+class HuberConfig(ComponentConfig):
+    """Huber loss: quadratic below delta, linear above (torch.nn.HuberLoss)."""
+
+    otype: Literal["Huber"] = "Huber"
+    delta: float = Field(1.0, gt=0.0, le=1e30, description="where the loss turns from quadratic to linear "
+                                                           "(prediction units)")
+
+
+class RelativeL2Config(ComponentConfig):
+    """Instant-NGP's relative L2, mean((pred - target)^2 / (pred^2 + epsilon))."""
+
+    otype: Literal["RelativeL2"] = "RelativeL2"
+    epsilon: float = Field(1e-2, gt=0.0, le=1e30, description="added to pred^2 in the denominator (prediction "
+                                                              "units^2)")
+
+
+@register("loss", "L2", L2Config)
 class MSELoss(Loss):
     """mean((pred - target)^2); dLoss/dpred = 2 (pred - target) / count."""
 
     entry_point = "mse_loss"
 
 
+@register("loss", "L1", L1Config)
 class L1Loss(Loss):
     """mean(|pred - target|); dLoss/dpred = sign(pred - target) / count (0 where equal, as torch)."""
 
     entry_point = "l1_loss"
 
 
+@register("loss", "Huber", HuberConfig)
 class HuberLoss(Loss):
     """torch.nn.HuberLoss: mean of 0.5 d^2 where |d| < delta, delta (|d| - delta / 2) elsewhere (d = pred - target);
     dLoss/dpred = clamp(d, -delta, delta) / count. delta > 0."""
@@ -155,6 +196,13 @@ class HuberLoss(Loss):
         self.delta = check_float(delta, "HuberLoss delta", low=0.0, low_inclusive=False)
         super().__init__()
 
+    @classmethod
+    def from_config(cls, config: HuberConfig) -> "HuberLoss":
+        return cls(delta=config.delta)
+
+    def to_config(self) -> HuberConfig:
+        return HuberConfig(delta=self.delta)
+
     @property
     def param(self) -> float:
         return self.delta
@@ -163,6 +211,7 @@ class HuberLoss(Loss):
         return f"HuberLoss(delta={self.delta})"
 
 
+@register("loss", "RelativeL2", RelativeL2Config)
 class RelativeL2Loss(Loss):
     """Instant-NGP's relative L2 (as in NeRF-HDR / tiny-cuda-nn's RelativeL2):
     mean((pred - target)^2 / (pred^2 + eps)).
@@ -177,6 +226,13 @@ class RelativeL2Loss(Loss):
     def __init__(self, eps: float = 1e-2) -> None:
         self.eps = check_float(eps, "RelativeL2Loss eps", low=0.0, low_inclusive=False)
         super().__init__()
+
+    @classmethod
+    def from_config(cls, config: RelativeL2Config) -> "RelativeL2Loss":
+        return cls(eps=config.epsilon)
+
+    def to_config(self) -> RelativeL2Config:
+        return RelativeL2Config(epsilon=self.eps)
 
     @property
     def param(self) -> float:

@@ -7,7 +7,7 @@ extra pass. Derivatives at the kinks follow torch: ReLU'(0) = 0, LeakyReLU'(0) =
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Literal
 
 import slangpy as spy
 
@@ -175,3 +175,19 @@ def make_activation(spec: Any, who: str = "activation") -> Activation | None:
         return cls(**options)
     except TypeError:
         raise ValueError(f"{who}: {cls.__name__} got unknown option(s) {sorted(options)}") from None
+
+
+# The activation names of a network config (tiny-cuda-nn's spelling; "None": no activation).
+ActivationName = Literal["None", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "SiLU", "Softplus", "Sine"]
+
+
+def activation_name(activation: Activation | None, who: str) -> str:
+    """The config name (:data:`ActivationName`) of ``activation``; ValueError for one whose options differ from
+    its defaults (a config names the activation only)."""
+    if activation is None:
+        return "None"
+    default = type(activation)()
+    if activation.slang_params != default.slang_params:
+        raise ValueError(f"{who}: {activation!r} has options a config cannot hold (a config names the activation "
+                         f"only: {default!r})")
+    return type(activation).__name__

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import slangpy as spy
+from pydantic import Field
 
+from sopt.config.registry import ComponentConfig, register
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
 from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
@@ -15,6 +17,15 @@ from sopt.validation import check_int
 MAX_FREQUENCIES = 24   # at 2^23 pi x a float32 argument has no bits left below the period: sin/cos are noise
 
 
+class FrequencyConfig(ComponentConfig):
+    """sin and cos of 2^k pi x for k < n_frequencies, per input dimension (NeRF's positional encoding)."""
+
+    otype: Literal["Frequency"] = "Frequency"
+    n_frequencies: int = Field(12, ge=1, le=MAX_FREQUENCIES, description="frequencies per input dimension "
+                                                                          "(output width 2 n_frequencies per input)")
+
+
+@register("encoding", "Frequency", FrequencyConfig)
 class FrequencyEncoding(Module):
     """``x (N, in_dims) -> y (N, in_dims * n_freqs * 2)`` with tiny-cuda-nn's ``"Frequency"`` layout::
 
@@ -38,6 +49,15 @@ class FrequencyEncoding(Module):
         self._forward_fn = function("nn/frequency", f"frequency_forward<{sizes}>")
         self._backprop_fn = backward_function("nn/frequency", f"frequency_backprop<{sizes}>")
         self._buffers = BatchBuffers()
+
+    @classmethod
+    def from_config(cls, config: FrequencyConfig, in_dims: int, *, seed: int = 0,
+                    deterministic: bool = False) -> "FrequencyEncoding":
+        """The encoding of ``config`` for ``in_dims`` inputs (``seed``, ``deterministic``: unused, no parameters)."""
+        return cls(in_dims, config.n_frequencies)
+
+    def to_config(self) -> FrequencyConfig:
+        return FrequencyConfig(n_frequencies=self.n_freqs)
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         return iter(())

@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Iterator
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import device as dev
+from sopt.config.registry import ComponentConfig, register
+from sopt.config.schema import StrictModel
+from sopt.nn.activation import ActivationName
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.tape import current_tape, new_tensor
@@ -50,6 +54,23 @@ _MAX_BOUND = 8192  # bound kernels (and forward calls) remembered: a rollout cal
 ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
 _MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
+
+
+# config activation name (tiny-cuda-nn's) -> this module's name
+CONFIG_ACTIVATIONS = {"None": "none", "ReLU": "relu", "LeakyReLU": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
+                      "SiLU": "silu", "Softplus": "softplus", "Sine": "sine"}
+
+
+class FullyFusedMLPConfig(ComponentConfig):
+    """A small MLP evaluated in fused kernels (sopt.nn.FullyFusedMLP; widths <= 64)."""
+
+    otype: Literal["FullyFusedMLP"] = "FullyFusedMLP"
+    n_neurons: int = Field(64, ge=4, le=MAX_WIDTH, multiple_of=4, description="width of every hidden layer "
+                                                                               "(features, a multiple of 4)")
+    n_hidden_layers: int = Field(2, ge=1, le=64, description="hidden layers")
+    activation: ActivationName = Field("ReLU", description="activation after every hidden layer (LeakyReLU: "
+                                                           "slope 0.01, Sine: sin(30 z))")
+    output_activation: ActivationName = Field("None", description="activation after the output layer")
 
 
 def _backward_groups(n: int) -> int:
@@ -78,6 +99,7 @@ def _inputs_per_thread(o4: int, i4: int) -> int:
     return 4 * m
 
 
+@register("network", "FullyFusedMLP", FullyFusedMLPConfig)
 class FullyFusedMLP(Module):
     """MLP with fused kernels; see the module docstring for the maths and the parameter layout.
 
@@ -149,6 +171,29 @@ class FullyFusedMLP(Module):
         self._calls: OrderedDict[int, tuple[spy.Tensor, spy.Tensor]] = OrderedDict()
         self._last_input: tuple[spy.Tensor | None, int] = (None, 0)
         self._bound: dict[tuple, dev.BoundKernel] = {}
+
+    @classmethod
+    def from_config(cls, config: FullyFusedMLPConfig, in_features: int, out_features: int, *, encoding: Any = None,
+                    seed: int = 0, deterministic: bool = False) -> "FullyFusedMLP":
+        """The network of ``config`` from ``in_features`` to ``out_features``. ``encoding``: None or a Frequency
+        encoding (its config, or the constructor's dict), fused into the first layer; other encodings go before
+        the network in a Sequential. ``seed`` draws the weights; ``deterministic`` as the constructor."""
+        if isinstance(encoding, StrictModel):
+            if getattr(encoding, "otype", None) != "Frequency":
+                raise ValueError(f"FullyFusedMLP fuses only a Frequency encoding, got {encoding.otype!r}; put other "
+                                 "encodings before it in a sopt.nn.Sequential")
+            encoding = encoding.model_dump()
+        return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
+                   activation=CONFIG_ACTIVATIONS[config.activation],
+                   output_activation=CONFIG_ACTIVATIONS[config.output_activation], encoding=encoding, seed=seed,
+                   deterministic=deterministic)
+
+    def to_config(self) -> FullyFusedMLPConfig:
+        """The network's config (a fused frequency encoding is a section of its own, ``{"otype": "Frequency",
+        "n_frequencies": self.n_frequencies}``; the seed and ``deterministic`` are build arguments)."""
+        names = {v: k for k, v in CONFIG_ACTIVATIONS.items()}
+        return FullyFusedMLPConfig(n_neurons=self.hidden_features, n_hidden_layers=self.hidden_layers,
+                                   activation=names[self.activation], output_activation=names[self.output_activation])
 
     # -- parameters ----------------------------------------------------------------------------------------------
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import init
+from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy_buffer, has_grad
 from sopt.nn.kernels import backward_function, function, launch
@@ -24,6 +26,19 @@ MAX_FEATURES = 8
 MAX_LOG2_TABLE_SIZE = 26
 INIT_RANGE = 1e-4     # tcnn initialises the table to U(-1e-4, 1e-4)
 MAX_FIXED_ENTRIES = 2**29 - 1   # deterministic mode: int64 sums at byte 8 + 8 i must stay below 2^32
+
+
+class HashGridConfig(ComponentConfig):
+    """Instant-NGP's multiresolution hash encoding (tiny-cuda-nn's keys), d-linear interpolation."""
+
+    otype: Literal["HashGrid"] = "HashGrid"
+    n_levels: int = Field(16, ge=1, le=MAX_LEVELS, description="resolution levels (output width n_levels * "
+                                                               "n_features_per_level)")
+    n_features_per_level: int = Field(2, ge=1, le=MAX_FEATURES, description="features stored per table entry")
+    log2_hashmap_size: int = Field(19, ge=1, le=MAX_LOG2_TABLE_SIZE, description="log2 of the table entries per "
+                                                                                 "level")
+    base_resolution: int = Field(16, ge=1, le=1 << 20, description="grid vertices per side of the coarsest level")
+    per_level_scale: float = Field(2.0, ge=1.0, le=16.0, description="resolution factor from one level to the next")
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ def grid_levels(in_dims: int, n_levels: int, log2_table_size: int, base_resoluti
     return levels
 
 
+@register("encoding", "HashGrid", HashGridConfig)
 class HashGridEncoding(Module):
     """``x (N, in_dims) in [0, 1] -> y (N, n_levels * n_features)``, level-major: ``y[:, l * F + f]``.
 
@@ -128,6 +144,21 @@ class HashGridEncoding(Module):
         if self.deterministic:
             self._max_fn = function("nn/hashgrid", f"hashgrid_grad_max<{self.n_levels},{self.n_features}>")
             self._to_grad_fn = function("nn/hashgrid", f"hashgrid_fixed_to_grad<{self.n_features}>")
+
+    @classmethod
+    def from_config(cls, config: HashGridConfig, in_dims: int, *, seed: int = 0,
+                    deterministic: bool = False) -> "HashGridEncoding":
+        """The encoding of ``config`` for ``in_dims`` inputs; ``seed`` draws the table, ``deterministic`` sums its
+        gradient in a fixed order."""
+        return cls(in_dims, n_levels=config.n_levels, n_features=config.n_features_per_level,
+                   log2_table_size=config.log2_hashmap_size, base_resolution=config.base_resolution,
+                   per_level_scale=config.per_level_scale, seed=seed, deterministic=deterministic)
+
+    def to_config(self) -> HashGridConfig:
+        """The config of this encoding (its seed and ``deterministic`` are build arguments, not config keys)."""
+        return HashGridConfig(n_levels=self.n_levels, n_features_per_level=self.n_features,
+                              log2_hashmap_size=self.log2_table_size, base_resolution=self.base_resolution,
+                              per_level_scale=self.per_level_scale)
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "table", self.table

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from sopt import init
-from sopt.nn.activation import Activation, LeakyReLU, ReLU, Sine, make_activation
+from sopt.config.registry import ComponentConfig, build, register
+from sopt.config.schema import StrictModel
+from sopt.nn.activation import Activation, ActivationName, LeakyReLU, ReLU, Sine, activation_name, make_activation
 from sopt.nn.frequency import FrequencyEncoding
 from sopt.nn.hashgrid import HashGridEncoding
 from sopt.nn.linear import Linear
@@ -64,6 +68,17 @@ def _rename(options: dict[str, Any], keys: dict[str, str], otype: str) -> dict[s
     return {keys[k]: v for k, v in options.items()}
 
 
+class MLPConfig(ComponentConfig):
+    """A multilayer perceptron of fused Linear layers (tiny-cuda-nn's keys; sopt.nn.MLP)."""
+
+    otype: Literal["MLP"] = "MLP"
+    n_neurons: int = Field(64, ge=1, le=4096, description="width of every hidden layer (features)")
+    n_hidden_layers: int = Field(2, ge=0, le=64, description="hidden layers (0: one Linear from input to output)")
+    activation: ActivationName = Field("ReLU", description="activation after every hidden layer")
+    output_activation: ActivationName = Field("None", description="activation after the output layer")
+
+
+@register("network", "MLP", MLPConfig)
 class MLP(Sequential):
     """[encoding ->] Linear -> act -> ... -> Linear -> output_act, as a Sequential of fused Linear layers.
 
@@ -116,6 +131,30 @@ class MLP(Sequential):
         super().__init__(*modules, *linears)
         self.encoding = modules[0] if modules else None
         self.layers = tuple(linears)
+        self.hidden_features, self.hidden_layers, self.bias = hidden_features, hidden_layers, bias
+        self.activation, self.output_activation = act, out_act
+
+    @classmethod
+    def from_config(cls, config: MLPConfig, in_features: int, out_features: int, *, encoding: Any = None,
+                    seed: int = 0, deterministic: bool = False) -> "MLP":
+        """The MLP of ``config`` from ``in_features`` to ``out_features``. ``encoding``: None, an encoding config
+        (built here for ``in_features`` inputs with the seed the MLP derives for it), or anything the constructor
+        takes (a Module, a dict). ``seed`` draws the weights; ``deterministic`` as the constructor."""
+        if isinstance(encoding, StrictModel):
+            encoding = build("encoding", encoding, in_features, seed=derive_seed(seed, 0), deterministic=deterministic)
+        return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
+                   activation=config.activation, output_activation=config.output_activation, encoding=encoding,
+                   seed=seed, deterministic=deterministic)
+
+    def to_config(self) -> MLPConfig:
+        """The network's config (the encoding is a section of its own: ``self.encoding.to_config()``; the seed
+        and ``deterministic`` are build arguments). ValueError for an MLP a config cannot describe (no bias, an
+        activation with non-default options)."""
+        if not self.bias:
+            raise ValueError("MLP.to_config: bias=False has no config key (a config's MLP has biases)")
+        return MLPConfig(n_neurons=self.hidden_features, n_hidden_layers=self.hidden_layers,
+                         activation=activation_name(self.activation, "MLP.to_config activation"),
+                         output_activation=activation_name(self.output_activation, "MLP.to_config output_activation"))
 
 
 def _initialise(layer: Linear, first: bool, hidden: Activation | None, seed: int) -> None:

@@ -1,11 +1,15 @@
-"""Optimisers with torch.optim's names, defaults and update rules, each a Slang kernel over one flat arena."""
+"""Optimisers with torch.optim's names, defaults and update rules, each a Slang kernel over one flat arena.
+
+Each is registered in the ``"optimizer"`` family of :mod:`sopt.config.registry` with its config model
+(tiny-cuda-nn's keys: ``{"otype": "Adam", "learning_rate": ..., "beta1": ...}``)."""
 
 from sopt.optim import lr_scheduler
-from sopt.optim.adagrad import Adagrad
-from sopt.optim.adam import Adam
-from sopt.optim.adamw import AdamW
+from sopt.optim.adagrad import Adagrad, AdagradConfig
+from sopt.optim.adam import Adam, AdamConfig
+from sopt.optim.adamw import AdamW, AdamWConfig
 from sopt.optim.optimizer import Optimizer
-from sopt.optim.rmsprop import RMSprop
-from sopt.optim.sgd import SGD
+from sopt.optim.rmsprop import RMSprop, RMSpropConfig
+from sopt.optim.sgd import SGD, SGDConfig
 
-__all__ = ["lr_scheduler", "Adagrad", "Adam", "AdamW", "Optimizer", "RMSprop", "SGD"]
+__all__ = ["lr_scheduler", "Adagrad", "AdagradConfig", "Adam", "AdamConfig", "AdamW", "AdamWConfig", "Optimizer",
+           "RMSprop", "RMSpropConfig", "SGD", "SGDConfig"]

@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from sopt.optim.optimizer import Optimizer
+from pydantic import Field
+
+from sopt.config.registry import ComponentConfig, register
+from sopt.optim.optimizer import (Optimizer, double_buffer_field, learning_rate_field, max_grad_norm_field,
+                                  skip_nonfinite_field, weight_decay_field)
 from sopt.validation import check_bool, check_float
 
 
+class AdagradConfig(ComponentConfig):
+    """Adagrad (torch.optim.Adagrad's update)."""
+
+    otype: Literal["Adagrad"] = "Adagrad"
+    learning_rate: float = learning_rate_field(0.01, "parameter units per step at the first step's gradient")
+    lr_decay: float = Field(0.0, ge=0.0, le=1e3, description="the lr at step t is learning_rate / (1 + (t - 1) "
+                                                             "lr_decay) (per step)")
+    initial_accumulator_value: float = Field(0.0, ge=0.0, le=1e30, description="start of the sum of squared "
+                                                                               "gradients (gradient units^2)")
+    epsilon: float = Field(1e-10, gt=0.0, le=1.0, description="added to the root of the sum (gradient units)")
+    weight_decay: float = weight_decay_field()
+    max_grad_norm: float | None = max_grad_norm_field()
+    skip_nonfinite: bool = skip_nonfinite_field()
+    double_buffer: bool = double_buffer_field()
+
+
+@register("optimizer", "Adagrad", AdagradConfig)
 class Adagrad(Optimizer):
     r"""Adagrad, torch.optim.Adagrad's update at step t::
 
@@ -35,6 +56,16 @@ class Adagrad(Optimizer):
         for key in ("lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
             group[key] = check_float(group[key], key, low=0.0)
         group["maximize"] = check_bool(group["maximize"], "maximize")
+
+    @staticmethod
+    def config_to_options(config: Any) -> dict[str, Any]:
+        return dict(lr=config.learning_rate, lr_decay=config.lr_decay, eps=config.epsilon,
+                    initial_accumulator_value=config.initial_accumulator_value, weight_decay=config.weight_decay)
+
+    @staticmethod
+    def options_to_config(group: dict[str, Any]) -> dict[str, Any]:
+        return dict(learning_rate=group["lr"], lr_decay=group["lr_decay"], epsilon=group["eps"],
+                    initial_accumulator_value=group["initial_accumulator_value"], weight_decay=group["weight_decay"])
 
     def state_fill(self, name: str, group: dict[str, Any]) -> float:
         return float(group["initial_accumulator_value"])

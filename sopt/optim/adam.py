@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from sopt.optim.optimizer import Optimizer, check_betas, log_beta
+from pydantic import Field
+
+from sopt.config.registry import ComponentConfig, register
+from sopt.optim.optimizer import (Optimizer, check_betas, double_buffer_field, learning_rate_field, log_beta,
+                                  max_grad_norm_field, skip_nonfinite_field, weight_decay_field)
 from sopt.validation import check_bool, check_float
 
 
+class AdamConfig(ComponentConfig):
+    """Adam (torch.optim.Adam's update) with tiny-cuda-nn's keys."""
+
+    otype: Literal["Adam"] = "Adam"
+    learning_rate: float = learning_rate_field(0.05, "parameter units per step at a steady gradient")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="decay per step of the gradient's running mean")
+    beta2: float = Field(0.99, ge=0.0, lt=1.0, description="decay per step of the squared gradient's running mean")
+    epsilon: float = Field(1e-8, gt=0.0, le=1.0, description="added to the root of the second moment "
+                                                              "(gradient units)")
+    weight_decay: float = weight_decay_field()
+    amsgrad: bool = Field(False, description="divide by the largest second moment so far (AMSGrad)")
+    max_grad_norm: float | None = max_grad_norm_field()
+    skip_nonfinite: bool = skip_nonfinite_field()
+    double_buffer: bool = double_buffer_field()
+
+
+@register("optimizer", "Adam", AdamConfig)
 class Adam(Optimizer):
     r"""Adam, torch.optim.Adam's update at step t (g clipped if ``max_grad_norm``)::
 
@@ -43,6 +64,16 @@ class Adam(Optimizer):
         if any(g["amsgrad"] for g in self.param_groups):
             needed.add("max_exp_avg_sq")
         return needed
+
+    @staticmethod
+    def config_to_options(config: Any) -> dict[str, Any]:
+        return dict(lr=config.learning_rate, betas=(config.beta1, config.beta2), eps=config.epsilon,
+                    weight_decay=config.weight_decay, amsgrad=config.amsgrad)
+
+    @staticmethod
+    def options_to_config(group: dict[str, Any]) -> dict[str, Any]:
+        return dict(learning_rate=group["lr"], beta1=group["betas"][0], beta2=group["betas"][1], epsilon=group["eps"],
+                    weight_decay=group["weight_decay"], amsgrad=group["amsgrad"])
 
     def group_hyper(self, group: dict[str, Any]) -> list[float]:
         beta1, beta2 = group["betas"]

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from sopt.optim.adam import Adam
+from sopt.config.registry import register
+from sopt.optim.adam import Adam, AdamConfig
+from sopt.optim.optimizer import weight_decay_field
 
 
+class AdamWConfig(AdamConfig):
+    """AdamW: Adam with decoupled weight decay."""
+
+    otype: Literal["AdamW"] = "AdamW"   # type: ignore[assignment]
+    weight_decay: float = weight_decay_field(1e-2, "decoupled decay: p *= 1 - learning_rate * weight_decay before "
+                                                   "each update (per unit of learning_rate)")
+
+
+@register("optimizer", "AdamW", AdamWConfig)
 class AdamW(Adam):
     r"""Adam with decoupled weight decay: ``p *= 1 - lr * weight_decay`` first, then Adam's update without the
     L2 term. Default ``weight_decay=1e-2`` as torch. Shares Adam's kernel (``decoupled = 1``)."""

@@ -43,12 +43,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import warnings
 from typing import Any, ClassVar, Iterable
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import device as dev
 from sopt.optim.arena import ParameterArena
@@ -487,6 +489,50 @@ class Optimizer:
         self._skipped_seen = loaded.skipped
         self._results_seen = 0   # the counter restarts from zero with the control buffer
 
+    # -- config (sopt.config.registry) ---------------------------------------------------------------------------
+    @staticmethod
+    def config_to_options(config: Any) -> dict[str, Any]:
+        """The constructor's hyperparameters (``lr``, ``betas``, ...) from a config of this optimiser."""
+        raise NotImplementedError
+
+    @staticmethod
+    def options_to_config(group: dict[str, Any]) -> dict[str, Any]:
+        """The config's keys (``learning_rate``, ``beta1``, ...) from a param group's hyperparameters."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_config(cls, config: Any, params: Any) -> "Optimizer":
+        """The optimiser ``config`` (its registered config model, tiny-cuda-nn's keys) describes, over ``params``."""
+        return cls(params, **cls.config_to_options(config), max_grad_norm=config.max_grad_norm,
+                   skip_nonfinite=config.skip_nonfinite, double_buffer=config.double_buffer)
+
+    def to_config(self) -> Any:
+        """The config that rebuilds this optimiser (``from_config(opt.to_config(), params)``): its hyperparameters,
+        the lr a schedule started from (``initial_lr``), and the clipping and non-finite options.
+
+        ValueError when a config cannot say it: param groups with different hyperparameters, or an option the
+        config has no key for (e.g. ``maximize=True``)."""
+        name = type(self).__name__
+        first = self.param_groups[0]
+        options = {k: first[k] for k in self.defaults}
+        options["lr"] = first.get("initial_lr", first["lr"])
+        for i, group in enumerate(self.param_groups[1:], 1):
+            mine = {**{k: group[k] for k in self.defaults}, "lr": group.get("initial_lr", group["lr"])}
+            differ = sorted(k for k in options if mine[k] != options[k])
+            if differ:
+                raise ValueError(f"{name}.to_config: param group {i} differs from group 0 in {differ}; a config "
+                                 "describes one set of hyperparameters")
+        config = type(self).config_class(**self.options_to_config(options),   # type: ignore[attr-defined]
+                                         max_grad_norm=self.max_grad_norm, skip_nonfinite=self.skip_nonfinite,
+                                         double_buffer=self.double_buffer)
+        rebuilt = self.config_to_options(config)
+        defaults = inspect.signature(type(self).__init__).parameters
+        lost = sorted(k for k in options if rebuilt.get(k, defaults[k].default) != options[k])
+        if lost:
+            raise ValueError(f"{name}.to_config: {', '.join(f'{k}={options[k]!r}' for k in lost)} has no config key "
+                             f"(a config gives {', '.join(f'{k}={rebuilt.get(k, defaults[k].default)!r}' for k in lost)})")
+        return config
+
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
         for i, g in enumerate(self.param_groups):
@@ -505,6 +551,30 @@ class _LoadedState:
     skip_nonfinite: bool
     step: int
     skipped: int
+
+
+# -- config fields every optimiser has (each config model declares them with these) --------------------------------
+def max_grad_norm_field() -> Any:
+    return Field(None, gt=0.0, le=1e30, description="clip the global gradient 2-norm to this before the update "
+                                                    "(gradient units; None: no clipping)")
+
+
+def skip_nonfinite_field() -> Any:
+    return Field(True, description="skip (and count) a step whose gradients or result hold a NaN/Inf")
+
+
+def double_buffer_field() -> Any:
+    return Field(True, description="keep values and state twice so a non-finite step can be undone in the "
+                                   "update itself (False: half the memory, one more read of the gradients)")
+
+
+def learning_rate_field(default: float, unit: str) -> Any:
+    return Field(default, gt=0.0, le=10.0, description=f"step size in {unit}, scaled by the schedule")
+
+
+def weight_decay_field(default: float = 0.0, description: str = "L2 penalty: weight_decay * p added to the "
+                                                                   "gradient (gradient units per parameter unit)") -> Any:
+    return Field(default, ge=0.0, le=1e3, description=description)
 
 
 def log_beta(beta: float) -> float:

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from sopt.config.registry import ComponentConfig, register
 from sopt.optim.lr_scheduler.base import LRScheduler
 from sopt.validation import check_float, check_int
 
 
+class ConstantConfig(ComponentConfig):
+    """The learning rate stays at the optimizer's (times factor for the first total_iters steps, torch's
+    ConstantLR; the defaults change nothing)."""
+
+    otype: Literal["Constant"] = "Constant"
+    factor: float = Field(1.0, gt=0.0, le=1.0, description="lr / learning_rate for the first total_iters steps")
+    total_iters: int = Field(1, ge=1, le=10_000_000, description="steps at the reduced lr")
+
+
+@register("schedule", "Constant", ConstantConfig)
 class ConstantLR(LRScheduler):
     r"""Scale the lr by ``factor`` until step ``total_iters``::
 
@@ -33,6 +46,14 @@ class ConstantLR(LRScheduler):
         self.factor = check_float(factor, "factor", 0.0, 1.0, low_inclusive=False)
         self.total_iters = check_int(total_iters, "total_iters", low=1)
         super().__init__(optimizer, last_epoch)
+
+    @classmethod
+    def from_config(cls, config: ConstantConfig, optimizer: Any, total_steps: int | None = None) -> "ConstantLR":
+        """The schedule of ``config`` (``total_steps``, the run's length, is not needed)."""
+        return cls(optimizer, factor=config.factor, total_iters=config.total_iters)
+
+    def to_config(self) -> ConstantConfig:
+        return ConstantConfig(factor=self.factor, total_iters=self.total_iters)
 
     def get_lr(self) -> list[float]:
         lrs = self._group_lrs()

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from sopt.config.registry import ComponentConfig, register
 from sopt.optim.lr_scheduler.base import LRScheduler, check_gamma
 
 
+class ExponentialConfig(ComponentConfig):
+    """The learning rate times gamma every step."""
+
+    otype: Literal["Exponential"] = "Exponential"
+    gamma: float = Field(0.999, gt=0.0, le=1.0, description="decay factor per step")
+
+
+@register("schedule", "Exponential", ExponentialConfig)
 class ExponentialLR(LRScheduler):
     r"""Exponential decay::
 
@@ -26,6 +37,14 @@ class ExponentialLR(LRScheduler):
     def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1) -> None:
         self.gamma = check_gamma(gamma)
         super().__init__(optimizer, last_epoch)
+
+    @classmethod
+    def from_config(cls, config: ExponentialConfig, optimizer: Any, total_steps: int | None = None) -> "ExponentialLR":
+        """The schedule of ``config`` (``total_steps``, the run's length, is not needed)."""
+        return cls(optimizer, gamma=config.gamma)
+
+    def to_config(self) -> ExponentialConfig:
+        return ExponentialConfig(gamma=self.gamma)
 
     def get_lr(self) -> list[float]:
         lrs = self._group_lrs()

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from sopt.config.registry import ComponentConfig, register
 from sopt.optim.lr_scheduler.base import LRScheduler, check_gamma
 from sopt.validation import check_int
 
 
+class StepConfig(ComponentConfig):
+    """The learning rate times gamma every step_size steps."""
+
+    otype: Literal["Step"] = "Step"
+    step_size: int | None = Field(None, ge=1, le=10_000_000, description="steps between decays (None: a third of "
+                                                                         "the run)")
+    gamma: float = Field(0.1, gt=0.0, le=1.0, description="decay factor")
+
+
+@register("schedule", "Step", StepConfig)
 class StepLR(LRScheduler):
     r"""Step decay::
 
@@ -30,6 +43,16 @@ class StepLR(LRScheduler):
         self.step_size = check_int(step_size, "step_size", low=1)
         self.gamma = check_gamma(gamma)
         super().__init__(optimizer, last_epoch)
+
+    @classmethod
+    def from_config(cls, config: StepConfig, optimizer: Any, total_steps: int) -> "StepLR":
+        """The schedule of ``config`` over a run of ``total_steps`` steps."""
+        total = check_int(total_steps, "total_steps", low=1)
+        step_size = config.step_size if config.step_size is not None else max(1, total // 3)
+        return cls(optimizer, step_size=step_size, gamma=config.gamma)
+
+    def to_config(self) -> StepConfig:
+        return StepConfig(step_size=self.step_size, gamma=self.gamma)
 
     def get_lr(self) -> list[float]:
         lrs = self._group_lrs()

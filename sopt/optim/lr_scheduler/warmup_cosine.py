@@ -3,12 +3,40 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from sopt.config.registry import ComponentConfig, register
 from sopt.optim.lr_scheduler.base import LRScheduler
 from sopt.validation import check_float, check_int
 
 
+class WarmupCosineConfig(ComponentConfig):
+    """Linear warmup, then cosine decay to final_lr_factor times the learning rate at the run's last step."""
+
+    otype: Literal["WarmupCosine"] = "WarmupCosine"
+    warmup_steps: int = Field(0, ge=0, le=10_000_000, description="steps of linear warmup (cut to the run's "
+                                                                  "steps - 1)")
+    final_lr_factor: float = Field(0.01, ge=0.0, le=1.0, description="lr at the last step / learning_rate")
+    warmup_start_factor: float = Field(0.0, ge=0.0, le=1.0, description="lr at step 0 / learning_rate "
+                                                                        "(with warmup_steps > 0)")
+
+
+def exact_ratio(numerator: float, denominator: float) -> float:
+    """r = numerator / denominator, nudged by an ulp or two where that makes ``denominator * r == numerator``
+    exactly (so a value stored as a factor of the lr comes back bit for bit)."""
+    r = numerator / denominator
+    candidates = [r]
+    for direction in (math.inf, -math.inf):
+        c = r
+        for _ in range(2):
+            c = math.nextafter(c, direction)
+            candidates.append(c)
+    return next((c for c in candidates if denominator * c == numerator), r)
+
+
+@register("schedule", "WarmupCosine", WarmupCosineConfig)
 class WarmupCosineLR(LRScheduler):
     r"""Linear warmup for ``warmup_steps`` (W) steps, then cosine decay until ``total_steps`` (T)::
 
@@ -46,6 +74,24 @@ class WarmupCosineLR(LRScheduler):
         self.eta_min = check_float(eta_min, "eta_min", low=0.0)
         self.warmup_start_factor = check_float(warmup_start_factor, "warmup_start_factor", 0.0, 1.0)
         super().__init__(optimizer, last_epoch)
+
+    @classmethod
+    def from_config(cls, config: WarmupCosineConfig, optimizer: Any, total_steps: int) -> "WarmupCosineLR":
+        """The schedule of ``config`` over a run of ``total_steps`` steps (eta_min = final_lr_factor times the
+        first param group's lr)."""
+        total = check_int(total_steps, "total_steps", low=1)
+        lr = optimizer.param_groups[0].get("initial_lr", optimizer.param_groups[0]["lr"])
+        return cls(optimizer, warmup_steps=min(config.warmup_steps, total - 1), total_steps=total,
+                   eta_min=lr * config.final_lr_factor, warmup_start_factor=config.warmup_start_factor)
+
+    def to_config(self) -> WarmupCosineConfig:
+        """The config of this schedule (its total_steps is the run's, given to from_config)."""
+        base = self.base_lrs[0]
+        if base <= 0.0 and self.eta_min > 0.0:
+            raise ValueError("WarmupCosineLR.to_config: eta_min > 0 with a learning rate of 0 has no final_lr_factor")
+        factor = exact_ratio(self.eta_min, base) if base > 0.0 else 0.0
+        return WarmupCosineConfig(warmup_steps=self.warmup_steps, final_lr_factor=factor,
+                                  warmup_start_factor=self.warmup_start_factor)
 
     def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
         loaded = super()._check_state_dict(state_dict)
