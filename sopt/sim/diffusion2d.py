@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import slangpy as spy
+from pydantic import Field
 
 from sopt import device as dev
+from sopt.config.registry import ComponentConfig, register
 from sopt import tape as tp
 from sopt.nn.batch import dummy, dummy_buffer
 from sopt.nn.kernels import function, launch
@@ -27,6 +29,20 @@ BACKWARD_THREADS, BACKWARD_CAPACITY = 256, 256 * 9
 MAX_BLOCK_STEPS = 8
 
 
+class Diffusion2DConfig(ComponentConfig):
+    """The heat equation on a grid, explicit Euler (sopt.sim.Diffusion2D), with a uniform conductivity; the
+    initial temperature is a build argument (a conductivity field or a source: overrides)."""
+
+    otype: Literal["Diffusion2D"] = "Diffusion2D"
+    conductivity: float = Field(1e-4, gt=0.0, le=1e12, description="diffusivity kappa (m^2/s)")
+    dx: float = Field(1e-2, gt=0.0, le=1e6, description="grid spacing (m)")
+    dt: float = Field(0.1, gt=0.0, le=1e9, description="time step (s; at most dx^2 / (4 kappa))")
+    boundary: Literal["dirichlet", "insulated"] = Field("dirichlet", description="fixed boundary temperature, or no "
+                                                                                 "flux through the boundary")
+    boundary_value: float = Field(0.0, ge=-1e30, le=1e30, description="temperature outside a Dirichlet boundary (K)")
+
+
+@register("simulator", "Diffusion2D", Diffusion2DConfig)
 class Diffusion2D(Simulator):
     """The heat equation du/dt = div(kappa grad u) + s on H x W cells of spacing ``dx``, explicit Euler in time.
 
@@ -95,6 +111,15 @@ class Diffusion2D(Simulator):
         self._adjoint_fn = function("sim/diffusion2d", "diffusion2d_adjoint")
         self._blocks: dict[str, dev.BoundKernel] = {}   # the steps kernels, bound on first use
         self._pingpong: spy.Tensor | None = None         # steps' intermediate states when no gradient is kept
+
+    def to_config(self) -> Diffusion2DConfig:
+        """The config of this simulator (u0 is a build argument: ``from_config(config, u0)``); ValueError for a
+        conductivity field (pass it as an override) or a source (not a config key)."""
+        if self.source.shape != (1,) or float(self.source.numpy()[0]) != 0.0:
+            raise ValueError("Diffusion2D.to_config: the source has no config key (pass it to from_config as "
+                             "source=...)")
+        return Diffusion2DConfig(conductivity=self.config_number("conductivity"), dx=self.grid.dx, dt=self.dt,
+                                 boundary=self.grid.boundary, boundary_value=self.grid.boundary_value)
 
     def max_stable_dt(self) -> float:
         """dx^2 / (4 kappa_max) (s) for the conductivity now (reads a Parameter's values: waits for the GPU)."""

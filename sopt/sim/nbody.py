@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import tape as tp
+from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
 from sopt.nn.kernels import function, launch
 from sopt.parameter import Parameter
@@ -19,6 +21,18 @@ G_SI = 6.674e-11
 """The gravitational constant in m^3 kg^-1 s^-2 (CODATA 2018: 6.67430e-11)."""
 
 
+class NBodyConfig(ComponentConfig):
+    """Softened Newtonian gravity between point masses, leapfrog in time (sopt.sim.NBody); the initial positions,
+    velocities and the masses are build arguments."""
+
+    otype: Literal["NBody"] = "NBody"
+    dt: float = Field(1e-2, gt=0.0, le=1e12, description="time step (s)")
+    G: float = Field(G_SI, gt=0.0, le=1e12, description="gravitational constant (m^3 kg^-1 s^-2; 1 for natural "
+                                                        "units)")
+    softening: float = Field(0.0, ge=0.0, le=1e12, description="Plummer softening length (m)")
+
+
+@register("simulator", "NBody", NBodyConfig)
 class NBody(Simulator):
     """N point masses attracting each other by softened gravity (Plummer softening), in 2D or 3D.
 
@@ -71,6 +85,10 @@ class NBody(Simulator):
         self._scratch = [spy.Tensor.zeros(device, shape, "float") for _ in range(3)]  # unread gradients
         self._step_fn = function("sim/nbody", f"nbody_step<{self.dim}>")
         self._step_bwd_fn = function("sim/nbody", f"nbody_step_bwd<{self.dim}>")
+
+    def to_config(self) -> NBodyConfig:
+        """The config of this system (x0, v0, masses are build arguments: ``from_config(config, x0, v0, masses)``)."""
+        return NBodyConfig(dt=self.dt, G=self.config_number("G"), softening=self.config_number("softening"))
 
     # -- states ------------------------------------------------------------------------------------------------
     def state_shapes(self) -> dict[str, tuple[int, ...]]:

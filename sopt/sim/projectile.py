@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import tape as tp
+from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
 from sopt.nn.kernels import function, launch
 from sopt.parameter import Parameter
@@ -22,6 +24,21 @@ STANDARD_GRAVITY = 9.81  # m/s^2
 SEGMENT = 32             # steps between the states Projectile.steps saves for its adjoint (~sqrt(1000))
 
 
+class ProjectileConfig(ComponentConfig):
+    """Point particles under gravity and drag bouncing on a ground plane (sopt.sim.Projectile); the initial
+    positions and velocities are build arguments."""
+
+    otype: Literal["Projectile"] = "Projectile"
+    dt: float = Field(1e-2, gt=0.0, le=1e3, description="time step (s)")
+    gravity: Annotated[list[Annotated[float, Field(ge=-1e6, le=1e6)]], Field(min_length=2, max_length=3)] | None = Field(
+        None, description="acceleration per axis, axis 1 up (m/s^2; None: 9.81 down)")
+    drag: float = Field(0.0, ge=0.0, le=1e6, description="quadratic drag coefficient (1/m)")
+    linear_drag: float = Field(0.0, ge=0.0, le=1e6, description="linear drag coefficient (1/s)")
+    restitution: float = Field(1.0, ge=0.0, le=1.0, description="fraction of the normal speed kept at a bounce")
+    ground: float | None = Field(0.0, ge=-1e9, le=1e9, description="height of the ground plane (m; None: no ground)")
+
+
+@register("simulator", "Projectile", ProjectileConfig)
 class Projectile(Simulator):
     """N independent particles in ``dim`` = 2 or 3 dimensions (axis 1 is up), semi-implicit Euler.
 
@@ -115,6 +132,13 @@ class Projectile(Simulator):
             raise ValueError(f"Projectile dt={self.dt:g} s is unstable for particle {i}: dt * (linear_drag + 2 * drag"
                              f" * speed) = {rate[i]:.4g} >= 2 (linear_drag {c1[i]:g} 1/s, drag {c2[i]:g} 1/m, speed "
                              f"bound {speed[i]:.4g} m/s); use dt < {limit:.4g} s")
+
+    def to_config(self) -> ProjectileConfig:
+        """The config of this simulator (x0, v0 are build arguments: ``from_config(config, x0, v0)``); ValueError
+        for a per-particle coefficient."""
+        return ProjectileConfig(dt=self.dt, gravity=self.config_vector("gravity", self.dim),
+                                drag=self.config_number("drag"), linear_drag=self.config_number("linear_drag"),
+                                restitution=self.config_number("restitution"), ground=self.ground)
 
     def _arg(self, c: Coefficient, width: int) -> dict[str, Any]:
         """The ``Coefficient`` struct of projectile.slang (values fetched now: a Parameter's view can move)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Iterator
 
+import numpy as np
 import slangpy as spy
 
 from sopt import tape as tp
@@ -29,6 +30,11 @@ from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.state import State
 from sopt.validation import check_float, check_int
+
+
+def _shortest(value: float) -> float:
+    """A float32 value as the shortest decimal that rounds back to it (0.1, not 0.10000000149011612)."""
+    return float(str(np.float32(value)))
 
 
 class Simulator:
@@ -49,6 +55,34 @@ class Simulator:
         c = Coefficient(value, f"{type(self).__name__} initial {name}", shape, shareable=False, **kw)
         self._initials[name] = c
         return c
+
+    # -- config (sopt.config.registry) ------------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: Any, *arrays: Any, **overrides: Any) -> "Simulator":
+        """The simulator of ``config`` (its registered config model: constant physical parameters, dt) with the
+        arrays a config cannot hold (initial state, geometry: the constructor's positional arguments) and
+        ``overrides``, constructor keywords replacing config values (e.g. ``drag=sopt.Parameter(...)`` to train
+        it, or a per-element field)."""
+        values = {k: v for k, v in config.model_dump().items() if k != "otype"}
+        return cls(*arrays, **{**values, **overrides})
+
+    def config_number(self, name: str) -> float:
+        """The one value of coefficient ``name`` shared by every element (a constant's, or a Parameter's current
+        value) for a config; ValueError when it is per element."""
+        c = self._coefficients[name]
+        if c.shape != (1,):
+            raise ValueError(f"{type(self).__name__}.to_config: {name} has one value per element (shape {c.shape}); a "
+                             "config holds a shared number (pass the field to from_config as an override)")
+        return _shortest(c.numpy().reshape(-1)[0])
+
+    def config_vector(self, name: str, length: int) -> list[float]:
+        """Coefficient ``name`` as a list of ``length`` numbers (a shared vector such as gravity) for a config;
+        ValueError when it has another shape."""
+        c = self._coefficients[name]
+        if c.shape != (length,):
+            raise ValueError(f"{type(self).__name__}.to_config: {name} has shape {c.shape}; a config holds a shared "
+                             f"({length},) vector (pass it to from_config as an override)")
+        return [_shortest(v) for v in c.numpy().reshape(-1)]
 
     def coefficient(self, name: str) -> Coefficient:
         return {**self._coefficients, **{f"{k}0": v for k, v in self._initials.items()}}[name]

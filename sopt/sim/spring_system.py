@@ -30,12 +30,14 @@ runs n steps in one forward and one adjoint dispatch, each a single thread group
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import tape as tp
+from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
 from sopt.nn.batch import dummy
 from sopt.nn.kernels import function, launch
@@ -74,6 +76,23 @@ def _index_array(value: Any, name: str, ndim: int) -> np.ndarray:
 FUSED_MAX_PARTICLES = 2048
 
 
+class SpringSystemConfig(ComponentConfig):
+    """A damped mass-spring network (sopt.sim.SpringSystem) with shared coefficients; the initial positions, the
+    springs and the rest of the geometry (v0, rest_length, pinned, actuators) are build arguments."""
+
+    otype: Literal["SpringSystem"] = "SpringSystem"
+    dt: float = Field(1e-3, gt=0.0, le=10.0, description="time step (s; refused when certainly unstable)")
+    stiffness: float = Field(100.0, ge=0.0, le=1e12, description="spring stiffness k (N/m)")
+    mass: float = Field(1.0, gt=0.0, le=1e12, description="mass of every particle (kg)")
+    damping: float = Field(0.0, ge=0.0, le=1e12, description="spring damping c (N s/m)")
+    gravity: Annotated[list[Annotated[float, Field(ge=-1e6, le=1e6)]], Field(min_length=2, max_length=3)] | None = Field(
+        None, description="acceleration per axis, axis 1 up (m/s^2; None: 9.81 down)")
+    ground: float | None = Field(None, ge=-1e9, le=1e9, description="height of the ground plane (m; None: none)")
+    actuation_strength: float = Field(1.0, ge=-1e6, le=1e6, description="rest length factor per control unit: "
+                                                                          "L = l0 (1 + actuation_strength u)")
+
+
+@register("simulator", "SpringSystem", SpringSystemConfig)
 class SpringSystem(Simulator):
     """Damped mass-spring network with optional actuators, pinned particles and ground contact (module
     docstring: equations and units).
@@ -179,6 +198,14 @@ class SpringSystem(Simulator):
         self._spring_bar: spy.Tensor | None = None   # (S, 3 dim) adjoint scratch, reused every step
         self._force_bar: spy.Tensor | None = None    # (N, dim) dL/dF scratch (ground only)
         self._fused: FusedSpringSteps | None = None  # the multi-step kernels, made at the first steps()
+
+    def to_config(self) -> SpringSystemConfig:
+        """The config of this system (x0, springs and the geometry are build arguments: ``from_config(config, x0,
+        springs, pinned=..., rest_length=..., ...)``); ValueError for a per-particle or per-spring coefficient."""
+        return SpringSystemConfig(dt=self.dt, stiffness=self.config_number("stiffness"),
+                                  mass=self.config_number("mass"), damping=self.config_number("damping"),
+                                  gravity=self.config_vector("gravity", self.dim), ground=self.ground,
+                                  actuation_strength=self.actuation_strength)
 
     # -- construction helpers ----------------------------------------------------------------------------------
     @staticmethod

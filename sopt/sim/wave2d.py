@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import tape as tp
+from sopt.config.registry import ComponentConfig, register
 from sopt.nn.batch import dummy
 from sopt.nn.kernels import function, launch
 from sopt.sim.grid2d import Grid2D, coefficient_args, coefficient_grad_args, grid_shape
@@ -19,6 +21,22 @@ from sopt.sim.state import State
 _BOUND_RTOL = 1e-6
 
 
+class Wave2DConfig(ComponentConfig):
+    """The damped wave equation on a grid, symplectic Euler (sopt.sim.Wave2D), with a uniform wave speed and
+    damping; the initial displacement (and velocity, ``v0=``) are build arguments."""
+
+    otype: Literal["Wave2D"] = "Wave2D"
+    c: float = Field(1.0, gt=0.0, le=1e9, description="wave speed (m/s)")
+    damping: float = Field(0.0, ge=0.0, le=1e9, description="velocity damping gamma (1/s)")
+    dx: float = Field(1e-2, gt=0.0, le=1e6, description="grid spacing (m)")
+    dt: float = Field(5e-3, gt=0.0, le=1e9, description="time step (s; at most dx / (c sqrt(2)) without damping)")
+    boundary: Literal["dirichlet", "insulated"] = Field("dirichlet", description="clamped edge, or a free "
+                                                                                 "(reflecting) one")
+    boundary_value: float = Field(0.0, ge=-1e30, le=1e30, description="displacement outside a Dirichlet boundary "
+                                                                      "(m)")
+
+
+@register("simulator", "Wave2D", Wave2DConfig)
 class Wave2D(Simulator):
     """u_tt = c^2 lap(u) - gamma u_t on H x W cells of spacing ``dx``, symplectic (semi-implicit) Euler in time.
 
@@ -69,6 +87,12 @@ class Wave2D(Simulator):
         self.check_stability()
         self._step_fn = function("sim/wave2d", "wave2d_step")
         self._adjoint_fn = function("sim/wave2d", "wave2d_adjoint")
+
+    def to_config(self) -> Wave2DConfig:
+        """The config of this simulator (u0 is a build argument: ``from_config(config, u0, v0=...)``); ValueError
+        for a field of c or damping (pass it as an override)."""
+        return Wave2DConfig(c=self.config_number("c"), damping=self.config_number("damping"), dx=self.grid.dx,
+                            dt=self.dt, boundary=self.grid.boundary, boundary_value=self.grid.boundary_value)
 
     def max_stable_dt(self) -> float:
         """4 / (gamma_max + sqrt(gamma_max^2 + 32 c_max^2 / dx^2)) (s; dx / (c_max sqrt 2) without damping) for
