@@ -29,9 +29,11 @@ def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.
     if not file.is_file():
         raise ValueError(f"image path {str(file)!r} is not a file; expected a PNG/JPEG/... file")
     try:
-        with Image.open(file) as img:
+        with Image.open(file) as img:   # Pillow refuses images of more than 2 * Image.MAX_IMAGE_PIXELS pixels
             img.load()
             rgb = img.convert("RGB")
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"image {str(file)!r} is too large to load: {exc}") from None
     except (UnidentifiedImageError, OSError, SyntaxError) as exc:
         raise ValueError(f"{str(file)!r} is not an image Pillow can read (expected PNG, JPEG, ...): {exc}") from None
     if max_side is not None and max(rgb.size) > max_side:

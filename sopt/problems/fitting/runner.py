@@ -32,13 +32,13 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from sopt.config.registry import build
 from sopt.experiments import runner
 from sopt.experiments.run_dir import CONFIG_FILE, RunDirError, claim_out_dir
 from sopt.experiments.runner import RunOutcome
 from sopt.problems.fitting.config import FitConfig, load_config
 from sopt.problems.fitting.plot import plot_history
 from sopt.problems.fitting.problem import RESERVED_METRICS, FittingProblem, rel_error
-from sopt.problems.neural_field_image.build import build_optimizer, build_scheduler
 from sopt.train import Callback, NonFiniteError, Trainer
 
 RESULT_FILE, CURVES_FILE = "result.json", "curves.png"
@@ -98,10 +98,9 @@ def write_json(path: pathlib.Path, data: Any) -> None:
 
 
 def build_training(config: FitConfig, params: list[Any]) -> tuple[Any, Any]:
-    """The optimiser over ``params`` and the learning-rate schedule that ``config`` names."""
-    built = config.builder_dict()
-    optimizer = build_optimizer(built, params)
-    return optimizer, build_scheduler(built, optimizer)
+    """The optimiser over ``params`` and the learning-rate schedule that ``config`` names (sopt.config.registry)."""
+    optimizer = build("optimizer", config.optimizer, params)
+    return optimizer, build("schedule", config.schedule, optimizer, config.steps)
 
 
 def write_result(problem: FittingProblem, out: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, Any]:

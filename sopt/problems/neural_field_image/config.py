@@ -1,112 +1,136 @@
-"""The neural-field-image configuration: a plain dict (or JSON file) in tiny-cuda-nn's style.
+"""The neural-field-image config: a pydantic schema (:class:`NeuralFieldImageConfig`) in tiny-cuda-nn's layout.
 
-Sections ``encoding``, ``network``, ``loss``, ``optimizer``, ``schedule`` each name their kind in ``otype``;
-the rest are scalars. A user config is merged over :data:`DEFAULT_CONFIG`: a section that keeps the default
-``otype`` (or names none) updates the default's entries, one with another ``otype`` replaces the section.
-Every key is checked: an unknown one is a ValueError listing the allowed ones.
+Sections ``encoding``, ``network``, ``loss``, ``optimizer`` and ``schedule`` name their kind in ``otype`` and take
+any component of that family in :mod:`sopt.config.registry` (encodings Frequency, HashGrid, Identity; networks
+MLP, FullyFusedMLP; losses L2, L1, Huber, RelativeL2; every optimiser and schedule); the other keys are scalars.
+A user config is merged over the defaults (:func:`sopt.config.schema.merge`: a section that keeps its ``otype``
+updates the default's entries, one with another ``otype`` replaces the section) and validated: every problem is
+one line of a :class:`~sopt.config.schema.ConfigError` naming the dotted key, its value and what is allowed, found
+before any GPU work. Besides each key's type and bounds, the schema checks what only the keys together decide:
+the sizes the kernels can index (32-bit tensor indices), the widths FullyFusedMLP takes, the hash table's size,
+and that ``image`` names an existing file.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
-from sopt.validation import check_bool, check_float, check_int
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-# Sized for Mesa's software Vulkan driver: a 64x64 image and 800 steps take about 30 s there (plus a few
-# seconds compiling the kernels on first use) and reach about 36 dB on the generated image.
-DEFAULT_CONFIG: dict[str, Any] = {
-    "image_size": 64,                 # the longer side an input image is downscaled to (pixels)
-    "encoding": {"otype": "Frequency", "n_frequencies": 6},
-    "network": {"otype": "MLP", "activation": "ReLU", "output_activation": "None", "n_neurons": 64,
-                "n_hidden_layers": 2},
-    "loss": {"otype": "L2"},
-    "optimizer": {"otype": "Adam", "learning_rate": 2e-2, "beta1": 0.9, "beta2": 0.99, "epsilon": 1e-8,
-                  "max_grad_norm": None},
-    "schedule": {"otype": "WarmupCosine", "warmup_steps": 20, "final_lr_factor": 0.05},
-    "steps": 800,
-    "batch_size": 2048,
-    "seed": 0,
-    "log_every": 25,                  # steps between loss reads (each waits for the GPU)
-    "eval_every": 50,                 # steps between full-image PSNR evaluations
-    "checkpoint_every": 200,
-    "target_psnr": None,              # stop early once the PSNR reaches this (dB)
-    "deterministic": False,           # bit-identical runs: fixed-order gradient sums in the layers and hash grid
-}
+import sopt  # noqa: F401  (fills the registry: every component registers on import)
+from sopt.config.registry import union
+from sopt.config.schema import defaults, merge, read_json_file, validate
+from sopt.experiments.problem import ProblemConfig
+from sopt.losses import L2Config
+from sopt.nn import FrequencyConfig, MLPConfig
+from sopt.nn.fully_fused_mlp import MAX_WIDTH
+from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
+from sopt.optim import AdamConfig
+from sopt.optim.lr_scheduler import WarmupCosineConfig
 
-# Allowed keys per section and otype (besides "otype").
-SECTION_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
-    "encoding": {"Frequency": ("n_frequencies",),
-                 "HashGrid": ("n_levels", "n_features_per_level", "log2_hashmap_size", "base_resolution",
-                              "per_level_scale"),
-                 "Identity": ()},
-    "network": {"MLP": ("activation", "output_activation", "n_neurons", "n_hidden_layers"),
-                "FullyFusedMLP": ("activation", "output_activation", "n_neurons", "n_hidden_layers")},
-    "loss": {"L2": (), "L1": (), "Huber": ("delta",), "RelativeL2": ("epsilon",)},
-    "optimizer": {"Adam": ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay", "max_grad_norm"),
-                  "AdamW": ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay", "max_grad_norm"),
-                  "SGD": ("learning_rate", "momentum", "nesterov", "weight_decay", "max_grad_norm")},
-    "schedule": {"Constant": (), "WarmupCosine": ("warmup_steps", "final_lr_factor"),
-                 "Step": ("step_size", "gamma"), "Exponential": ("gamma",)},
-}
-SCALARS = ("image_size", "steps", "batch_size", "seed", "log_every", "eval_every", "checkpoint_every", "target_psnr",
-           "deterministic")
+MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
+IN_FEATURES, OUT_FEATURES = 2, 3   # (x, y) -> RGB
 
 
-def merge_config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``override`` over ``base`` (neither modified): sections merge unless ``override`` changes the otype."""
-    if not isinstance(override, dict):
-        raise ValueError(f"a config must be a dict (a JSON object), got {type(override).__name__}")
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if key in SECTION_KEYS:
-            if not isinstance(value, dict):
-                raise ValueError(f"config section {key!r} must be a dict with an 'otype', got {value!r}")
-            same = value.get("otype", merged[key].get("otype")) == merged[key].get("otype")
-            merged[key] = {**merged[key], **value} if same else copy.deepcopy(value)
+class NeuralFieldImageConfig(ProblemConfig):
+    """Fit an RGB image with an encoding + network: pixel-centre coordinates (x, y) in (0, 1)^2 -> colour, trained
+    on random batches of pixels. Sized for Mesa's software Vulkan driver: the defaults (a 64x64 image, 800 steps)
+    take about 30 s there and reach about 36.7 dB on the generated image."""
+
+    problem: Literal["neural_field_image"] = Field("neural_field_image", description="the problem this config runs")
+    steps: int = Field(800, ge=1, le=10_000_000, description="optimiser steps")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights' initialisation and of the batches")
+    log_every: int = Field(25, ge=1, le=10_000_000, description="steps between metrics records (each waits for "
+                                                                 "the GPU)")
+    checkpoint_every: int = Field(200, ge=1, le=10_000_000, description="steps between checkpoints")
+    image: str | None = Field(None, min_length=1, description="PNG/JPEG/... file to fit, downscaled so its longer "
+                                                              "side is image_size (None: the generated test image)")
+    image_size: int = Field(64, ge=4, le=4096, description="longer side of the fitted image (pixels): the "
+                                                           "generated image's size, or the file's downscaled one")
+    encoding: union("encoding") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: FrequencyConfig(n_frequencies=6), description="input encoding of (x, y)")
+    network: union("network") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: MLPConfig(n_neurons=64, n_hidden_layers=2, activation="ReLU",
+                                          output_activation="None"), description="network from the encoding to RGB")
+    loss: union("loss") = Field(default_factory=L2Config,  # type: ignore[valid-type]
+                                description="loss between predicted and true colours")
+    optimizer: union("optimizer") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: AdamConfig(learning_rate=2e-2, beta1=0.9, beta2=0.99, epsilon=1e-8),
+        description="optimiser of the encoding's and network's parameters")
+    schedule: union("schedule") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: WarmupCosineConfig(warmup_steps=20, final_lr_factor=0.05),
+        description="learning-rate schedule over the steps")
+    batch_size: int = Field(2048, ge=1, le=1 << 24, description="pixels per training step")
+    eval_every: int = Field(50, ge=1, le=10_000_000, description="steps between PSNRs of the whole image (and "
+                                                                "at the last step)")
+    target_psnr: float | None = Field(None, gt=0.0, le=300.0, description="stop once the PSNR reaches this (dB; "
+                                                                          "None: run every step)")
+    deterministic: bool = Field(False, description="bit-identical runs: the layers' and the hash grid's gradient "
+                                                   "sums in a fixed order (slower)")
+
+    @field_validator("image")
+    @classmethod
+    def _image_file_exists(cls, value: str | None) -> str | None:
+        if value is not None and not pathlib.Path(value).is_file():
+            what = "is a folder" if pathlib.Path(value).is_dir() else "does not exist"
+            raise ValueError(f"{what}; expected a PNG/JPEG/... file")
+        return value
+
+    @model_validator(mode="after")
+    def _sizes_the_kernels_take(self) -> "NeuralFieldImageConfig":
+        errors: list[InitErrorDetails] = []
+
+        def refuse(loc: tuple[str, ...], value: Any, message: str) -> None:
+            errors.append(InitErrorDetails(type=PydanticCustomError("sizes", message), loc=loc, input=value))
+
+        enc, net = self.encoding, self.network
+        fused = net.otype == "FullyFusedMLP"
+        if enc.otype == "Frequency":
+            enc_width = IN_FEATURES * 2 * enc.n_frequencies
+        elif enc.otype == "HashGrid":
+            enc_width = enc.n_levels * enc.n_features_per_level
+            levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
+                                 enc.per_level_scale)
+            entries = (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
+            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
+            if entries > limit:
+                refuse(("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
+                       f"the table would hold {entries} floats, more than {limit}"
+                       f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels")
         else:
-            merged[key] = value
-    return merged
+            enc_width = IN_FEATURES
+        if fused and enc_width > MAX_WIDTH:
+            key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
+            refuse(("encoding", key), getattr(enc, key),
+                   f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}")
+        # floats per sample in the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)
+        net_width = net.n_neurons * net.n_hidden_layers + OUT_FEATURES if fused else net.n_neurons
+        widest = max(enc_width, net_width, OUT_FEATURES)
+        if self.image_size ** 2 * widest > MAX_ELEMENTS:
+            refuse(("image_size",), self.image_size,
+                   f"evaluating the whole image needs {self.image_size}^2 pixels x {widest} floats, more than "
+                   f"{MAX_ELEMENTS} (32-bit tensor indices); lower it or the network's width")
+        if self.batch_size * widest > MAX_ELEMENTS:
+            refuse(("batch_size",), self.batch_size,
+                   f"a batch needs {self.batch_size} pixels x {widest} floats, more than {MAX_ELEMENTS} (32-bit "
+                   "tensor indices); lower it or the network's width")
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
 
 
-def check_config(config: dict[str, Any]) -> dict[str, Any]:
-    """ValueError for an unknown key, otype or an out-of-range scalar; returns ``config``."""
-    unknown = set(config) - set(SECTION_KEYS) - set(SCALARS)
-    if unknown:
-        raise ValueError(f"unknown config key(s) {sorted(unknown)}; allowed: {sorted([*SECTION_KEYS, *SCALARS])}")
-    for section, kinds in SECTION_KEYS.items():
-        entry = config[section]
-        otype = entry.get("otype")
-        if otype not in kinds:
-            raise ValueError(f"config {section}.otype must be one of {sorted(kinds)}, got {otype!r}")
-        extra = set(entry) - {"otype", *kinds[otype]}
-        if extra:
-            raise ValueError(f"config {section} ({otype}) has unknown key(s) {sorted(extra)}; allowed: "
-                             f"{sorted(kinds[otype])}")
-    for key in ("image_size", "steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
-        check_int(config[key], f"config {key}", low=1)
-    check_int(config["seed"], "config seed", low=0)
-    check_bool(config["deterministic"], "config deterministic")
-    if config["target_psnr"] is not None:
-        check_float(config["target_psnr"], "config target_psnr")
-    return config
+DEFAULT_CONFIG: dict[str, Any] = defaults(NeuralFieldImageConfig)
+"""The default config as a plain dict (what ``sopt config neural_field_image`` prints)."""
 
 
-def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> dict[str, Any]:
-    """The default config, with the JSON file at ``path`` and then ``overrides`` (non-None ones) merged over it."""
-    config = copy.deepcopy(DEFAULT_CONFIG)
+def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> NeuralFieldImageConfig:
+    """The defaults, with the JSON file at ``path`` and then ``overrides`` (top-level keys; None values skipped,
+    sections given as dicts) merged over them, validated: ConfigError (one line per problem)."""
+    data = defaults(NeuralFieldImageConfig)
     if path is not None:
-        file = pathlib.Path(path)
-        if not file.exists() or file.is_dir():
-            raise ValueError(f"config file {str(file)!r} {'is a folder' if file.is_dir() else 'does not exist'}; "
-                             "expected a JSON file")
-        try:
-            user = json.loads(file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"config file {str(file)!r} is not valid JSON: {exc}") from None
-        config = merge_config(config, user)
-    config = merge_config(config, {k: v for k, v in overrides.items() if v is not None})
-    return check_config(config)
+        data = merge(data, read_json_file(path))
+    data = merge(data, {k: v for k, v in overrides.items() if v is not None})
+    return validate(NeuralFieldImageConfig, data)
