@@ -9,9 +9,10 @@ import pytest
 from PIL import Image
 
 import sopt
+from sopt.config.schema import ConfigError, validate
 from sopt.problems.neural_field_image.__main__ import main
-from sopt.problems.neural_field_image.build import build_model, build_optimizer, build_scheduler
-from sopt.problems.neural_field_image.config import DEFAULT_CONFIG, load_config
+from sopt.problems.neural_field_image.build import build_model
+from sopt.problems.neural_field_image.config import DEFAULT_CONFIG, NeuralFieldImageConfig, load_config
 from sopt import device as dev
 from sopt import losses, nn
 from sopt.data import generated_image, pixel_coordinates, psnr
@@ -69,14 +70,14 @@ def test_problem_cli_writes_reconstruction_curves_metrics_and_checkpoint(tmp_pat
     assert final > 25.0
     for name, size in (("reconstruction.png", (SIZE, SIZE)), ("target.png", (SIZE, SIZE)), ("curves.png", (840, 300))):
         with Image.open(out / name) as img:
-            assert img.size == size and img.mode == "RGB", name
+            assert img.size == size and img.mode == ("RGBA" if name == "curves.png" else "RGB"), name   # matplotlib: RGBA
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "psnr" in r] == [40, 80, 120, 160, 200, 240, 280, 300]
     assert records[-2]["psnr"] == pytest.approx(final, abs=0.005)
     assert records[-1]["event"] == "end" and records[-1]["reason"] == "completed"
     used = json.loads((out / "config.json").read_text())
     assert used["steps"] == 300 and used["network"]["n_hidden_layers"] == DEFAULT_CONFIG["network"]["n_hidden_layers"]
-    model = build_model(used)
+    model = build_model(validate(NeuralFieldImageConfig, used))
     extra = sopt.load(out / "checkpoint.npz", parameters=model)
     assert extra["step"] == 300 and extra["metrics"]["psnr"] == pytest.approx(final, abs=0.005)
     reloaded = np.clip(model.forward(pixel_coordinates(SIZE, SIZE)).to_numpy(), 0, 1)
@@ -91,15 +92,18 @@ def test_problem_early_stops_on_target_psnr(tmp_path, capsys) -> None:
 
 
 def test_problem_cli_rejects_bad_input(tmp_path, capsys) -> None:
-    assert main(["--image", str(tmp_path / "missing.png"), "--out", str(tmp_path)]) == 2
-    assert "does not exist; expected a PNG/JPEG" in capsys.readouterr().err
+    missing = str(tmp_path / "missing.png")
+    assert main(["--image", missing, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config image = '") and err.count("\n") == 1
+    assert ": value error, does not exist; expected a PNG/JPEG/... file" in err
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"network": {"n_neurons": 32, "width": 3}}))
     assert main(["--config", str(bad), "--out", str(tmp_path)]) == 2
-    assert "config network (MLP) has unknown key(s) ['width']" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['lr'\]"):
+    assert capsys.readouterr().err.startswith("error: config network.width = 3: unknown key allowed: activation, ")
+    with pytest.raises(ConfigError, match=r"^config lr = 0.1: unknown key"):
         load_config(lr=0.1)
-    with pytest.raises(ValueError, match="config loss.otype must be one of"):
+    with pytest.raises(ConfigError, match=r"^config loss.otype: otype 'L3' allowed: L2, L1, Huber, RelativeL2$"):
         load_config(loss={"otype": "L3"})
 
 
@@ -111,22 +115,20 @@ def test_problem_builds_the_configured_network() -> None:
                                    encoding={"otype": "HashGrid", "n_levels": 4, "log2_hashmap_size": 10}))
     assert isinstance(grid, nn.Sequential)
     assert [type(m).__name__ for m in grid.modules] == ["HashGridEncoding", "FullyFusedMLP"]
-    with pytest.raises(ValueError, match="FullyFusedMLP activation must be one of .* got 'Swish'"):
-        build_model(load_config(network={"otype": "FullyFusedMLP", "activation": "Swish"}))
+    with pytest.raises(ConfigError, match="^config network.activation = 'Swish': must be 'None', 'ReLU', "):
+        load_config(network={"otype": "FullyFusedMLP", "activation": "Swish"})
     layered = build_model(load_config())
     assert isinstance(layered, nn.MLP) and len(layered.layers) == DEFAULT_CONFIG["network"]["n_hidden_layers"] + 1
 
 
 def test_problem_config_values_keep_their_types() -> None:
-    """Config values reach the optimiser and schedule unconverted, so their own checks see a string or a bool."""
-    params = [sopt.Parameter(np.zeros(3), name="w")]
-    with pytest.raises(ValueError, match="nesterov must be True or False, got 'no'"):
-        build_optimizer(load_config(optimizer={"otype": "SGD", "momentum": 0.9, "nesterov": "no"}), params)
-    opt = build_optimizer(load_config(), params)
-    with pytest.raises(ValueError, match="schedule warmup_steps must be an integer, got '5'"):
-        build_scheduler(load_config(schedule={"otype": "WarmupCosine", "warmup_steps": "5"}), opt)
-    with pytest.raises(ValueError, match="schedule final_lr_factor must be a number, got '0.1'"):
-        build_scheduler(load_config(schedule={"otype": "WarmupCosine", "final_lr_factor": "0.1"}), opt)
+    """Config values are never converted: a string or a number where a bool is wanted is an error."""
+    with pytest.raises(ConfigError, match="^config optimizer.nesterov = 'no': must be a valid boolean"):
+        load_config(optimizer={"otype": "SGD", "momentum": 0.9, "nesterov": "no"})
+    with pytest.raises(ConfigError, match="^config schedule.warmup_steps = '5': must be a valid integer"):
+        load_config(schedule={"otype": "WarmupCosine", "warmup_steps": "5"})
+    with pytest.raises(ConfigError, match="^config schedule.final_lr_factor = '0.1': must be a valid number"):
+        load_config(schedule={"otype": "WarmupCosine", "final_lr_factor": "0.1"})
 
 
 def test_problem_deterministic_runs_are_bit_identical() -> None:
@@ -144,5 +146,5 @@ def test_problem_deterministic_runs_are_bit_identical() -> None:
     assert len(losses[0]) == 30 and losses[0] == losses[1]
     assert runs[0].psnr == runs[1].psnr > 15.0
     assert np.array_equal(runs[0].reconstruction.view(np.uint32), runs[1].reconstruction.view(np.uint32))
-    with pytest.raises(ValueError, match="config deterministic must be True or False, got 1"):
+    with pytest.raises(ConfigError, match="^config deterministic = 1: must be a valid boolean"):
         load_config(deterministic=1)
