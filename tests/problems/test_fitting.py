@@ -96,7 +96,7 @@ def test_the_command_prints_no_traceback(tmp_path):
                            str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["error: config optimizer.learning_rate = '0.1': must be a valid number "
-                                        "(step size in normalised units (1 = one scale))"]
+                                        "(step size in parameter units per step at a steady gradient, scaled by the schedule)"]
 
 
 def test_merge_updates_a_section_unless_its_otype_changes():
