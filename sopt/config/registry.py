@@ -23,14 +23,16 @@ weights for the same seed). ``args``/``kwargs`` are what a config cannot hold: t
 the optimiser and the run's length a schedule drives, a module's input and output widths and its seed, a
 simulator's initial state and geometry.
 
-Configs never execute code: an otype selects a class registered here, nothing is imported by name. Every family
-is filled by ``import sopt`` (the components' modules register on import); :func:`union` reads the registry when
-called, so a problem schema defined after ``import sopt`` sees every otype, including a user's own.
+Configs never execute code: an otype selects a class registered here, nothing is imported by name. sopt's own
+families are filled on first use: looking one up imports the sopt modules that define its components
+(:data:`PROVIDERS`; ``import sopt`` itself stays cheap). :func:`union` reads the registry when called, so a schema
+defined after a user's own component registered itself sees that otype too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Annotated, Any, Callable, TypeVar, Union
 
 from pydantic import ConfigDict, Field, create_model
@@ -60,6 +62,22 @@ class Entry:
 
 _REGISTRY: dict[str, dict[str, Entry]] = {}
 _SECTIONS: dict[str, type[StrictModel]] = {}   # family -> a one-field model validating a dict of that family
+
+# sopt's families and the modules whose import registers their components (a fixed list: no name from a config)
+PROVIDERS: dict[str, tuple[str, ...]] = {
+    "optimizer": ("sopt.optim",),
+    "schedule": ("sopt.optim.lr_scheduler",),
+    "encoding": ("sopt.nn",),
+    "network": ("sopt.nn",),
+    "loss": ("sopt.losses",),
+    "simulator": ("sopt.sim",),
+}
+
+
+def _load(family: str) -> None:
+    """Import the sopt modules that register ``family``'s components (once; a no-op for other families)."""
+    for module in PROVIDERS.get(family, ()):
+        importlib.import_module(module)
 
 
 def register(family: str, otype: str, config: type[StrictModel]) -> Callable[[T], T]:
@@ -101,11 +119,14 @@ def register(family: str, otype: str, config: type[StrictModel]) -> Callable[[T]
 
 
 def families() -> list[str]:
-    """The registered families, sorted."""
+    """The registered families (sopt's and any registered since), sorted."""
+    for family in PROVIDERS:
+        _load(family)
     return sorted(_REGISTRY)
 
 
 def _family(family: str) -> dict[str, Entry]:
+    _load(family)   # cheap once imported (a sys.modules lookup)
     entries = _REGISTRY.get(family)
     if entries is None:
         raise ValueError(f"unknown component family {family!r}; registered: {', '.join(families())}")

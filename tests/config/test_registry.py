@@ -54,14 +54,17 @@ def test_every_config_key_is_documented_and_every_number_bounded() -> None:
                     assert bounds and uppers, f"{family} {name}.{key} has no bounds"
 
 
-def test_import_sopt_registers_everything_without_heavy_modules() -> None:
-    code = ("import sys, sopt; from sopt.config.registry import families, otypes; "
+def test_a_family_loads_its_components_on_first_use_and_nothing_heavy() -> None:
+    code = ("import sys; from sopt.config.registry import families, otypes, union; "
+            "print(sorted(m for m in ('slangpy', 'sopt.optim', 'sopt.nn') if m in sys.modules)); "
+            "union('optimizer'); print(sorted(m for m in ('sopt.optim', 'sopt.nn') if m in sys.modules)); "
             "print(sum(len(otypes(f)) for f in families())); "
-            "print(sorted(m for m in ('matplotlib', 'ray', 'sopt.problems', 'sopt.experiments') "
-            "if m in sys.modules))")
+            "print(sorted(m for m in ('matplotlib', 'ray', 'sopt.problems', 'sopt.experiments') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert int(out[0]) >= sum(len(v) for v in FAMILIES.values())
-    assert out[1] == "[]"
+    assert out[0] == "[]"                      # the registry alone imports no component (nor slangpy)
+    assert out[1] == "['sopt.optim']"          # a family imports its own modules only
+    assert int(out[2]) >= sum(len(v) for v in FAMILIES.values())
+    assert out[3] == "[]"
 
 
 # -- errors ----------------------------------------------------------------------------------------------------------

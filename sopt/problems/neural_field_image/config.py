@@ -20,7 +20,6 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-import sopt  # noqa: F401  (fills the registry: every component registers on import)
 from sopt.config.registry import union
 from sopt.config.schema import defaults, merge, read_json_file, validate
 from sopt.experiments.problem import ProblemConfig
