@@ -76,7 +76,8 @@ class NeuralFieldImageConfig(ProblemConfig):
         if value is not None and not pathlib.Path(value).is_file():
             what = "is a folder" if pathlib.Path(value).is_dir() else "does not exist"
             raise ValueError(f"{what}; expected a PNG/JPEG/... file")
-        return value
+        # absolute, so the resolved config.toml still names the file when the run is resumed from elsewhere
+        return str(pathlib.Path(value).resolve()) if value is not None else None
 
     @model_validator(mode="after")
     def _sizes_the_kernels_take(self) -> "NeuralFieldImageConfig":
