@@ -127,7 +127,7 @@ class SweepDir:
         """The sweep directory at ``path``: created with ``header`` and ``trials`` (all pending) if new or empty,
         else its sweep.json read back (the trials' states kept; the header's metric, mode, prune and backend
         updated to this command's). ValueError when ``path`` holds something else or another sweep."""
-        path = pathlib.Path(path)
+        path = pathlib.Path(path).absolute()      # trials may run in other working directories (Ray)
         if path.exists() and not path.is_dir():
             raise ValueError(f"--out {path}: exists and is not a directory")
         file = path / SWEEP_FILE
