@@ -135,6 +135,10 @@ class Diffusion2D(Simulator):
         tp.record("Diffusion2D.step", forward, backward, reads=[u], writes=[u_next], add_grads=[u], params=params)
         return out
 
+    def fuses_steps(self) -> bool:
+        """True: :meth:`steps` is a fused kernel."""
+        return True
+
     def steps(self, state: State, n: int) -> State:
         """The state ``n * dt`` later (a new State; ``state`` itself for n = 0), equal to n calls of :meth:`step`
         up to float32 rounding, in ceil(n / K) dispatches (K = ``blocking.steps``).

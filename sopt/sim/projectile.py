@@ -153,6 +153,10 @@ class Projectile(Simulator):
                   add_grads=[state.x, state.v], params=self._trainable())
         return out
 
+    def fuses_steps(self) -> bool:
+        """True: :meth:`steps` is a fused kernel."""
+        return True
+
     def steps(self, state: State, n: int) -> State:
         """The state ``n * dt`` later (new arrays): the same values and gradients as n calls of :meth:`step`,
         in one forward dispatch now and one adjoint dispatch at ``tape.backward``.

@@ -185,7 +185,7 @@ def rollout(sim: Simulator | StepFn, state: State, steps: int, *, budget: int | 
             raise ValueError("rollout: at holds a step twice")
     tape = tp.current_tape()
     run = _Rollout(tape, step_fn, state, steps, observe, observed, window, track_grad_norm, schedule)
-    if isinstance(sim, Simulator) and control is None:
+    if isinstance(sim, Simulator) and control is None and sim.fuses_steps():
         run.steps_fn = lambda s, t, n: sim.steps(s, n)
     if tape is None:   # eager: nothing to differentiate, no memory to bound
         return run.run_eager()

@@ -122,6 +122,12 @@ class Simulator:
             state = self.step(state)
         return state
 
+    def fuses_steps(self) -> bool:
+        """Whether :meth:`steps` runs its n steps in a few dispatches (a fused kernel) rather than as n calls of
+        :meth:`step`. ``rollout`` hands whole stretches only to a fusing simulator: the per-step default allocates
+        a state per step even where nothing is saved, which a memory budget cannot afford."""
+        return False
+
     def check_no_control(self, control: Any) -> None:
         """ValueError when ``control`` is given to a simulator whose step takes none."""
         if control is not None:

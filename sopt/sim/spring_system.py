@@ -417,6 +417,10 @@ class SpringSystem(Simulator):
             self._fused = FusedSpringSteps(self)
         return self._fused
 
+    def fuses_steps(self) -> bool:
+        """True without actuators and up to FUSED_MAX_PARTICLES particles (see :meth:`steps`)."""
+        return not self.n_actuators and self.n_particles <= FUSED_MAX_PARTICLES
+
     def steps(self, state: State, n: int) -> State:
         """The state ``n * dt`` later, as n calls of :meth:`step`, in ONE forward dispatch (one thread group
         looping over the steps) and, on a tape, ONE adjoint dispatch (sopt/sim/spring_system_steps.py); the
@@ -428,7 +432,7 @@ class SpringSystem(Simulator):
         saves its n states in one array). Measured on an H100, 1000 steps forward + backward: 1024 particles
         22.7 ms fused; 16384 particles 364 ms fused, where the per-step path is bound by ~3000 dispatches."""
         n = check_int(n, f"{type(self).__name__}.steps n", low=0)
-        if self.n_actuators or n == 0 or self.n_particles > FUSED_MAX_PARTICLES:
+        if n == 0 or not self.fuses_steps():
             return super().steps(state, n)   # actuators: step() asks for the control it needs
         state = self.check_state(state, f"{type(self).__name__}.steps")
         return self.fused_steps.run(state, n)

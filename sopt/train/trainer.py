@@ -261,7 +261,9 @@ class Trainer:
         return loss
 
     def stop(self, reason: str) -> None:
-        """Ask ``fit`` to end after the current metrics step (used by EarlyStopping)."""
+        """Ask ``fit`` to end after the current step (EarlyStopping, or a signal handler between steps): that step
+        becomes a metrics step whose callbacks all run (a Checkpoint writes), and ``fit`` returns with
+        ``stop_reason`` = ``reason``."""
         self._stop_reason = str(reason)
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -341,7 +343,9 @@ class Trainer:
             while self.step < steps:
                 loss_value = self.train_step()
                 bar.update(1)
-                final = self.step == steps
+                # a stop asked between metrics steps (a signal handler's) ends the run here, with its metrics
+                # step: every callback (the checkpoint too) sees the last completed step
+                final = self.step == steps or self._stop_reason is not None
                 if not self._is_metrics_step(final):
                     continue
                 metrics = self._read_metrics(loss_value, since, start)

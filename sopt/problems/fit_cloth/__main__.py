@@ -1,7 +1,9 @@
-"""``python -m sopt.problems.fit_cloth [--config FILE] [--steps N] [--out DIR] [--resume DIR] [--no-progress]``."""
+"""``python -m sopt.problems.fit_cloth [CONFIG] [overrides...] [--out DIR]``: the same as
+``sopt run --problem fit_cloth ...`` (see sopt.experiments.cli)."""
 
-from sopt.problems.fit_cloth.problem import FitCloth
-from sopt.problems.fitting.cli import entry_point
+import sys
+
+from sopt.experiments.cli import main
 
 if __name__ == "__main__":
-    entry_point(FitCloth)
+    sys.exit(main(["run", "--problem", "fit_cloth", *sys.argv[1:]]))

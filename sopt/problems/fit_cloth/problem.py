@@ -56,7 +56,7 @@ check at the top of that box (a ValueError otherwise). At the defaults (dt 3 ms,
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import slangpy as spy
@@ -99,6 +99,8 @@ class InitValues(StrictModel):
 
 class ClothConfig(FitConfig):
     """fit_cloth's config: the shared keys (sopt.problems.fitting.FitConfig) and the cloth's."""
+
+    problem: Literal["fit_cloth"] = Field("fit_cloth", description="this problem")
 
     true: TrueValues = Field(default_factory=TrueValues, description="true parameters (make the observations)")
     init: InitValues = Field(default_factory=InitValues, description="initial guess")

@@ -1,7 +1,9 @@
-"""``python -m sopt.problems.fit_projectile [--config FILE] [--steps N] [--out DIR] [--resume DIR] [--no-progress]``."""
+"""``python -m sopt.problems.fit_projectile [CONFIG] [overrides...] [--out DIR]``: the same as
+``sopt run --problem fit_projectile ...`` (see sopt.experiments.cli)."""
 
-from sopt.problems.fit_projectile.problem import FitProjectile
-from sopt.problems.fitting.cli import entry_point
+import sys
+
+from sopt.experiments.cli import main
 
 if __name__ == "__main__":
-    entry_point(FitProjectile)
+    sys.exit(main(["run", "--problem", "fit_projectile", *sys.argv[1:]]))

@@ -37,7 +37,7 @@ of its scale, and the optimiser's settings are dimensionless.
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import slangpy as spy
@@ -84,6 +84,8 @@ class InitValues(StrictModel):
 
 class ProjectileConfig(FitConfig):
     """fit_projectile's config: the shared keys (sopt.problems.fitting.FitConfig) and the scene's."""
+
+    problem: Literal["fit_projectile"] = Field("fit_projectile", description="this problem")
 
     true: TrueValues = Field(default_factory=TrueValues, description="true parameters (make the observations)")
     init: InitValues = Field(default_factory=InitValues, description="initial guess")

@@ -22,7 +22,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
-from sopt.config.schema import StrictModel, defaults, merge, read_json_file, validate
+from sopt.config.files import read_config
+from sopt.config.schema import StrictModel, defaults, merge, validate
+from sopt.experiments.problem import ProblemConfig
 
 
 # -- optimiser and schedule sections (neural_field_image's layout; built by its build_optimizer/scheduler) ------
@@ -98,8 +100,8 @@ ScheduleConfig = Annotated[Union[ConstantSchedule, WarmupCosineSchedule, StepSch
                            Field(discriminator="otype")]
 
 
-class FitConfig(StrictModel):
-    """Keys every fitting problem has. A problem's schema subclasses it and declares ``true`` and ``init`` (a
+class FitConfig(ProblemConfig):
+    """Keys every fitting problem has (besides ProblemConfig's problem, steps, seed, log_every, checkpoint_every). A problem's schema subclasses it and declares ``true`` and ``init`` (a
     StrictModel of its parameters, with the documented ranges as bounds on ``true``) and its own keys."""
 
     true: StrictModel = Field(default_factory=StrictModel, description="the true parameter values (make the data)")
@@ -108,10 +110,6 @@ class FitConfig(StrictModel):
                                                       "(their unit; 0: noise-free)")
     optimizer: OptimizerConfig = Field(default_factory=AdamConfig, description="optimiser, tiny-cuda-nn style")
     schedule: ScheduleConfig = Field(default_factory=WarmupCosineSchedule, description="learning-rate schedule")
-    steps: int = Field(300, ge=1, le=10_000_000, description="optimiser steps")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the observation noise and of any random start")
-    log_every: int = Field(10, ge=1, description="steps between metrics records (each waits for the GPU)")
-    checkpoint_every: int = Field(100, ge=1, description="steps between checkpoints")
 
     def builder_dict(self) -> dict[str, Any]:
         """The ``optimizer``/``schedule``/``steps`` dict neural_field_image's builders read (None keys dropped, so
@@ -122,11 +120,11 @@ class FitConfig(StrictModel):
 
 def load_config(schema: type[FitConfig], path: str | os.PathLike[str] | None = None,
                 overrides: dict[str, Any] | None = None) -> FitConfig:
-    """The defaults of ``schema``, with the JSON file at ``path`` and then ``overrides`` (a nested dict, e.g.
+    """The defaults of ``schema``, with the TOML or JSON file at ``path`` and then ``overrides`` (a nested dict, e.g.
     ``{"steps": 50}`` from ``--steps``) merged over them, validated. ConfigError (one line per problem)."""
     data = defaults(schema)
     if path is not None:
-        data = merge(data, read_json_file(path))
+        data = merge(data, read_config(path))
     if overrides:
         data = merge(data, overrides)
     return validate(schema, data)

@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sopt.experiments.problem import Problem
 from sopt.problems.fitting.config import FitConfig
 from sopt.problems.fitting.scaled_parameter import ScaledParameter
 from sopt.parameter import Parameter
@@ -71,7 +72,7 @@ def as_value(array: Any) -> Value:
     return float(a.reshape(-1)[0]) if a.size == 1 else a
 
 
-class FittingProblem:
+class FittingProblem(Problem):
     """Base class of a fitting problem (see the module docstring for how one plugs in).
 
     Class attributes: ``name`` (the package under sopt/problems/, e.g. ``"fit_projectile"``), ``schema`` (its
@@ -86,9 +87,7 @@ class FittingProblem:
     description: ClassVar[str] = ""
 
     def __init__(self, config: FitConfig) -> None:
-        if not isinstance(config, self.schema):
-            raise ValueError(f"{type(self).__name__} needs a {self.schema.__name__}, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.scaled: dict[str, ScaledParameter] = {}
 
     # -- helpers for subclasses --------------------------------------------------------------------------------
@@ -130,6 +129,23 @@ class FittingProblem:
     def parameters(self) -> dict[str, Parameter]:
         """Name -> trainable Parameter: what the optimiser steps and checkpoints save."""
         return {name: p.trainable for name, p in self.scaled.items()}
+
+    def trainer_parts(self) -> dict[str, Any]:
+        """The objective (this problem), its parameters, the configured optimiser and schedule, and the callback
+        adding :meth:`progress_metrics` to every metrics record (sopt.experiments.problem.Problem)."""
+        from sopt.problems.fitting.runner import ProblemMetrics, build_training
+        params = self.parameters()
+        optimizer, scheduler = build_training(self.config, list(params.values()))
+        return {"objective": self, "optimizer": optimizer, "scheduler": scheduler, "parameters": params,
+                "callbacks": [ProblemMetrics(self)]}
+
+    def finish(self, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
+        """result.json (``true``, ``fitted``, ``rel_error``, ``loss`` at the fitted values, ``steps``), curves.png
+        and the problem's own pictures; returns ``loss`` and ``rel_error/<name>`` for summary.json."""
+        from sopt.problems.fitting.runner import write_result
+        result = write_result(self, run_dir, history)
+        self.result = result
+        return {"loss": result["loss"], **{f"rel_error/{k}": v for k, v in result["rel_error"].items()}}
 
     def units(self) -> dict[str, str]:
         """Name -> unit of each parameter (for plots and messages)."""

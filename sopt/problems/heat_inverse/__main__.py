@@ -1,7 +1,9 @@
-"""``python -m sopt.problems.heat_inverse [--config FILE] [--steps N] [--out DIR] [--resume DIR] [--no-progress]``."""
+"""``python -m sopt.problems.heat_inverse [CONFIG] [overrides...] [--out DIR]``: the same as
+``sopt run --problem heat_inverse ...`` (see sopt.experiments.cli)."""
 
-from sopt.problems.fitting.cli import entry_point
-from sopt.problems.heat_inverse.problem import HeatInverse
+import sys
+
+from sopt.experiments.cli import main
 
 if __name__ == "__main__":
-    entry_point(HeatInverse)
+    sys.exit(main(["run", "--problem", "heat_inverse", *sys.argv[1:]]))

@@ -156,6 +156,8 @@ Regularization = Annotated[Union[Tikhonov, TotalVariation], Field(discriminator=
 class HeatConfig(FitConfig):
     """heat_inverse's config: the shared keys (sopt.problems.fitting.FitConfig) and the plate's."""
 
+    problem: Literal["heat_inverse"] = Field("heat_inverse", description="this problem")
+
     true: TrueField = Field(default_factory=TrueField, description="the true field (makes the observations)")
     init: InitField = Field(default_factory=InitField, description="initial guess")
     noise_std: float = Field(0.0, ge=0.0, le=100.0, description="std of the noise on each reading (K)")

@@ -1,6 +1,9 @@
-"""Command line: ``python -m sopt.problems.nbody_masses [--config FILE] [--steps N] [--out DIR] [--resume DIR]``."""
+"""``python -m sopt.problems.nbody_masses [CONFIG] [overrides...] [--out DIR]``: the same as
+``sopt run --problem nbody_masses ...`` (see sopt.experiments.cli)."""
 
-from sopt.problems.fitting.cli import entry_point
-from sopt.problems.nbody_masses.problem import NBodyMasses
+import sys
 
-entry_point(NBodyMasses)
+from sopt.experiments.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["run", "--problem", "nbody_masses", *sys.argv[1:]]))

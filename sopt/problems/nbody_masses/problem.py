@@ -20,7 +20,7 @@ Pictures: ``orbits.png`` (observed positions as dots, the fitted and the initial
 from __future__ import annotations
 
 import pathlib
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import slangpy as spy
@@ -58,6 +58,8 @@ class InitMasses(StrictModel):
 
 class NBodyMassesConfig(FitConfig):
     """Config of nbody_masses (every key checked; units: natural, G = 1)."""
+
+    problem: Literal["nbody_masses"] = Field("nbody_masses", description="this problem")
 
     true: TrueMasses = Field(default_factory=TrueMasses, description="the true masses (make the data)")
     init: InitMasses = Field(default_factory=InitMasses, description="the initial guess")

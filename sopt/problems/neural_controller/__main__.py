@@ -1,6 +1,9 @@
-"""Command line: ``python -m sopt.problems.neural_controller [--config FILE] [--steps N] [--out DIR] [--resume DIR]``."""
+"""``python -m sopt.problems.neural_controller [CONFIG] [overrides...] [--out DIR]``: the same as
+``sopt run --problem neural_controller ...`` (see sopt.experiments.cli)."""
 
-from sopt.problems.fitting.cli import entry_point
-from sopt.problems.neural_controller.problem import NeuralControllerProblem
+import sys
 
-entry_point(NeuralControllerProblem)
+from sopt.experiments.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["run", "--problem", "neural_controller", *sys.argv[1:]]))

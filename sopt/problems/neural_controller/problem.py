@@ -19,7 +19,7 @@ the loss is negative).
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -39,6 +39,8 @@ FRAMES = 8            # frames of each walk in gait.png
 
 class NeuralControllerConfig(FitConfig):
     """Config of neural_controller (every key checked; SI units)."""
+
+    problem: Literal["neural_controller"] = Field("neural_controller", description="this problem")
 
     noise_std: float = Field(0.0, ge=0.0, le=0.0, description="no observations here: must be 0")
     episode_steps: int = Field(150, ge=10, le=100_000, description="simulator steps of one walk, T (steps)")

@@ -1,0 +1,124 @@
+"""Command-line overrides in Hydra's grammar: ``a.b=1`` (change a key), ``+a.new=1`` (add one), ``~a.b`` (remove one,
+so its default applies).
+
+Values are TOML literals (``0.1``, ``true``, ``"text"``, ``[1, 2]``, ``{k = 1}``); a bare word that is no TOML
+literal (``SGD``, ``ReLU``) is that string. A ``=`` key must already be in the config (else it is a typo: the
+error suggests the nearest key), a ``+`` key must not be. Applying an override to a section that changes its
+``otype`` drops the section's other keys, as a config file naming another otype would: ``optimizer.otype=SGD``
+gives SGD's defaults. Every problem is one :class:`~sopt.config.schema.ConfigError` line naming the override.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import re
+import tomllib
+from typing import Any, Literal
+
+from sopt.config.schema import ConfigError
+
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+REMOVED = object()   # the value of a ``~key`` override
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    """One parsed override: ``op`` "set" (``a.b=v``), "add" (``+a.b=v``) or "remove" (``~a.b``)."""
+
+    text: str
+    op: Literal["set", "add", "remove"]
+    key: tuple[str, ...]
+    value: Any = None
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.key)
+
+
+def parse_value(text: str, where: str) -> Any:
+    """The TOML literal ``text`` (a bare word: that string); ConfigError naming ``where`` otherwise."""
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        if _BARE.match(text):
+            return text
+        raise ConfigError([f"override {where}: value {text!r} is not a TOML literal (numbers, true/false, "
+                           "\"strings\", [arrays], {tables}) nor a bare word"]) from None
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError([f"override {where}: value {text!r} must be a finite number"])
+    return value
+
+
+def parse_override(text: str) -> Override:
+    """``text`` (one command-line word) as an :class:`Override`; ConfigError for a bad grammar."""
+    if text.startswith("~"):
+        key = text[1:]
+        if "=" in key:
+            raise ConfigError([f"override {text!r}: ~KEY removes a key and takes no value (write ~{key.split('=')[0]})"])
+        if not _KEY.match(key):
+            raise ConfigError([f"override {text!r}: {key!r} is not a dotted key like a.b"])
+        return Override(text, "remove", tuple(key.split(".")))
+    op: Literal["set", "add"] = "add" if text.startswith("+") else "set"
+    body = text[1:] if op == "add" else text
+    if "=" not in body:
+        raise ConfigError([f"override {text!r}: expected KEY=VALUE, +KEY=VALUE or ~KEY"])
+    key, raw = body.split("=", 1)
+    if not _KEY.match(key):
+        raise ConfigError([f"override {text!r}: {key!r} is not a dotted key like a.b"])
+    if raw == "":
+        raise ConfigError([f"override {text!r}: no value after '='; give one (a string as \"\")"])
+    return Override(text, op, tuple(key.split(".")), parse_value(raw, repr(text)))
+
+
+def _suggest(key: str, options: list[str]) -> str:
+    near = difflib.get_close_matches(key, options, n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def apply_override(data: dict[str, Any], override: Override) -> dict[str, Any]:
+    """``data`` (not modified) with ``override`` applied; ConfigError when its key is missing (``=``, ``~``) or
+    present (``+``), or a parent is not a section."""
+    out = copy.deepcopy(data)
+    node: Any = out
+    for i, part in enumerate(override.key[:-1]):
+        where = ".".join(override.key[: i + 1])
+        if not isinstance(node, dict):
+            raise ConfigError([f"override {override.text!r}: {'.'.join(override.key[:i])} is not a section"])
+        if part not in node:
+            if override.op == "add":
+                node[part] = {}
+            else:
+                raise ConfigError([f"override {override.text!r}: no key {where!r}{_suggest(part, sorted(node))} "
+                                   f"allowed here: {', '.join(sorted(node))}"])
+        node = node[part]
+    last = override.key[-1]
+    if not isinstance(node, dict):
+        raise ConfigError([f"override {override.text!r}: {'.'.join(override.key[:-1])} is not a section"])
+    if override.op == "add":
+        if last in node:
+            raise ConfigError([f"override {override.text!r}: key {override.dotted!r} exists; change it with "
+                               f"{override.text[1:]}"])
+        node[last] = override.value
+    elif last not in node:
+        hint = _suggest(last, sorted(node))
+        how = "" if override.op == "remove" else f" (add a new key with +{override.text})"
+        raise ConfigError([f"override {override.text!r}: no key {override.dotted!r}{hint}{how} allowed here: "
+                           f"{', '.join(sorted(node)) or '(none)'}"])
+    elif override.op == "remove":
+        del node[last]
+    elif last == "otype" and node.get("otype") != override.value:
+        node.clear()   # another family member: its own keys and defaults
+        node["otype"] = override.value
+    else:
+        node[last] = override.value
+    return out
+
+
+def apply_overrides(data: dict[str, Any], texts: list[str]) -> dict[str, Any]:
+    """``data`` with every override in ``texts`` applied in order (each one command-line word)."""
+    for text in texts:
+        data = apply_override(data, parse_override(text))
+    return data

@@ -1,0 +1,254 @@
+"""The ``sopt`` command: run, resume, sweep and compare experiments from config files.
+
+::
+
+    sopt problems                                  # the problems, one line each
+    sopt config fit_projectile > fit.toml          # a complete default config, every key documented
+    sopt run fit.toml optimizer.learning_rate=0.05 steps=200 [--out DIR]
+    sopt run --problem fit_projectile steps=50     # the defaults, with overrides
+    sopt resume runs/fit_projectile/20261123-101500-3fa2c1
+    sopt sweep fit.toml optimizer.learning_rate=0.01,0.1 seed=range(0,2) --jobs 2
+    sopt report runs/fit_projectile
+
+Exit status: 0 when the command did its work (a run interrupted by SIGINT/SIGTERM too: it checkpointed and says
+how to resume), 2 for a usage, config, override or folder error (one line ``error: ...`` on stderr, found
+before any GPU work or file is written), 1 when a run failed (diverged or raised; its summary.json says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shlex
+import sys
+from typing import Any, NoReturn
+
+from sopt.config.schema import ConfigError
+
+DEFAULT_ROOT = "runs"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one ``error: ...`` line with exit status 2, like config errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _fail(exc: BaseException) -> int:
+    lines = exc.lines if isinstance(exc, ConfigError) else [" ".join(str(exc).split())]
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    return 2
+
+
+def _is_override(word: str) -> bool:
+    return "=" in word or word.startswith(("~", "+"))
+
+
+def load_run_config(config_path: str | None, problem_name: str | None, overrides: list[str]) -> Any:
+    """The validated config of a run: the defaults of its problem (named by the file's ``problem`` key or
+    ``problem_name``), the file merged over them, then the overrides. ConfigError (one line each)."""
+    from sopt.config.files import read_config
+    from sopt.config.overrides import apply_overrides, parse_override
+    from sopt.config.schema import defaults, merge, validate
+    from sopt.problems import problem_class
+
+    parsed = [parse_override(o) for o in overrides]   # grammar errors first, before the file is read
+    data: dict[str, Any] = read_config(config_path) if config_path is not None else {}
+    name = data.get("problem", problem_name)
+    if config_path is not None and "problem" not in data and problem_name is None:
+        raise ConfigError([f"config file {config_path!r} has no top-level 'problem' key (e.g. problem = "
+                           "\"fit_projectile\"); add it or pass --problem NAME"])
+    if problem_name is not None and "problem" in data and data["problem"] != problem_name:
+        raise ConfigError([f"--problem {problem_name!r} but config file {config_path!r} says problem = "
+                           f"{data['problem']!r}"])
+    for o in parsed:   # an override may name the problem (problem=fit_cloth), but not remove it
+        if o.key == ("problem",):
+            if o.op != "set":
+                raise ConfigError([f"override {o.text!r}: the problem key can only be set (problem=NAME)"])
+            name = o.value
+    cls = problem_class(name)
+    data = merge(defaults(cls.schema), {**data, "problem": name})
+    data = apply_overrides(data, overrides)
+    return cls, validate(cls.schema, data)
+
+
+def _print_outcome(outcome: Any) -> int:
+    if outcome.status == "interrupted":
+        print(f"interrupted after step {outcome.steps}; checkpoint written. Continue with:\n"
+              f"  sopt resume {shlex.quote(str(outcome.run_dir))}")
+        return 0
+    if outcome.status == "failed":
+        print(f"error: the run failed at step {outcome.steps}: {outcome.error}", file=sys.stderr)
+        print(f"run directory: {outcome.run_dir} (summary.json records the failure)", file=sys.stderr)
+        return 1
+    for line in outcome.lines:
+        print(line)
+    shown = ", ".join(f"{k} {v:.6g}" for k, v in outcome.metrics.items() if k not in ("step", "steps_per_s", "time_s"))
+    print(f"finished {outcome.steps} steps ({outcome.seconds:.1f} s here): {shown}")
+    return 0
+
+
+def cmd_run(argv: list[str]) -> int:
+    parser = _Parser(prog="sopt run", description="Run a problem from a config file (TOML or JSON) with overrides.",
+                     epilog="Overrides (Hydra grammar): a.b=VALUE changes a key, +a.b=VALUE adds one, ~a.b removes "
+                            "one (its default applies); VALUE is a TOML literal (0.1, true, \"text\", [1, 2]) or "
+                            "a bare word (SGD). Example: sopt run fit.toml optimizer.learning_rate=0.05 steps=200")
+    parser.add_argument("words", nargs="*", metavar="CONFIG|OVERRIDE",
+                        help="a .toml/.json config file (first, unless --problem), then overrides")
+    parser.add_argument("--problem", metavar="NAME", help="run NAME's default config (sopt problems lists them)")
+    parser.add_argument("--out", metavar="DIR", help="new or empty run folder (default: runs/<problem>/<date>-<time>-<hash>)")
+    parser.add_argument("--root", metavar="DIR", default=DEFAULT_ROOT, help="where new run folders go "
+                        "(default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    words = list(args.words)
+    config_path = None
+    if words and not _is_override(words[0]):
+        config_path = words.pop(0)
+    elif args.problem is None:
+        parser.error("give a config file (sopt config PROBLEM writes one) or --problem NAME")
+    stray = [w for w in words if not _is_override(w)]
+    if stray:
+        parser.error(f"{stray[0]!r} is not an override (KEY=VALUE, +KEY=VALUE or ~KEY); the config file comes first")
+    from sopt.experiments import run_dir as rd
+
+    try:
+        cls, config = load_run_config(config_path, args.problem, words)
+        if args.out is not None:   # checked before the problem is built (minutes of data making for nothing)
+            _check_out(args.out)
+        import sopt
+        device = sopt.get_device()
+        problem = cls(config)
+        from sopt.config.files import dumps_toml
+        out = (rd.claim_out_dir(args.out) if args.out is not None
+               else rd.new_run_dir(args.root, cls.name, dumps_toml(config.model_dump(mode="json"))))
+    except (ValueError, sopt_device_error()) as exc:
+        return _fail(exc)
+    print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
+    print(f"run directory: {out}")
+    from sopt.experiments import runner
+    outcome = runner.start(problem, out, words, progress=not args.no_progress, device=device)
+    return _print_outcome(outcome)
+
+
+def _check_out(out: str) -> None:
+    from sopt.experiments.run_dir import claim_out_dir
+    path = pathlib.Path(out)
+    if out.strip() == "" or path.is_file() or (path.is_dir() and any(path.iterdir())) or any(
+            p.exists() and not p.is_dir() for p in path.parents):
+        claim_out_dir(out)   # raises the reason
+
+
+def sopt_device_error() -> type[BaseException]:
+    from sopt.device import DeviceUnavailableError
+    return DeviceUnavailableError
+
+
+def cmd_resume(argv: list[str]) -> int:
+    parser = _Parser(prog="sopt resume", description="Continue an interrupted (or killed) run to its end.")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    from sopt.experiments import run_dir as rd
+    from sopt.experiments import runner
+    from sopt.config.files import read_config
+    from sopt.config.schema import validate
+    from sopt.problems import problem_class
+    out = pathlib.Path(args.run_dir)
+    try:
+        if not out.is_dir():
+            raise rd.RunDirError(f"{args.run_dir!r} is not a folder; give a run directory (it holds config.toml)")
+        runner.check_resumable(out)
+        data = read_config(out / rd.CONFIG_FILE)
+        cls = problem_class(data.get("problem"), f"problem (in {str(out / rd.CONFIG_FILE)!r})")
+        config = validate(cls.schema, data)
+        import sopt
+        device = sopt.get_device()
+        problem = cls(config)
+    except (ValueError, sopt_device_error()) as exc:
+        return _fail(exc)
+    print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
+    print(f"run directory: {out} (resuming)")
+    return _print_outcome(runner.resume(problem, out, progress=not args.no_progress))
+
+
+def cmd_problems(argv: list[str]) -> int:
+    _Parser(prog="sopt problems", description="List the problems sopt run knows.").parse_args(argv)
+    from sopt.problems import PROBLEMS
+    width = max(len(n) for n in PROBLEMS)
+    for name, (_, _, line) in PROBLEMS.items():
+        print(f"{name:<{width}}  {line}")
+    return 0
+
+
+def cmd_config(argv: list[str]) -> int:
+    parser = _Parser(prog="sopt config", description="Print PROBLEM's complete default config (TOML), every key "
+                     "documented; sopt run accepts it as it is.")
+    parser.add_argument("problem", metavar="PROBLEM")
+    parser.add_argument("--json", action="store_true", help="plain JSON instead of documented TOML")
+    args = parser.parse_args(argv)
+    from sopt.problems import PROBLEMS, problem_class
+    try:
+        cls = problem_class(args.problem, "PROBLEM")
+    except ConfigError as exc:
+        return _fail(exc)
+    config = cls.schema()
+    if args.json:
+        import json
+        print(json.dumps(config.model_dump(mode="json"), indent=2))
+    else:
+        from sopt.config.document import document
+        header = (f"{cls.name}: {PROBLEMS[cls.name][2]}\nRun with: sopt run THIS_FILE [key=value ...]\n"
+                  "Each key: its meaning [type; bounds]. Unset keys are commented out.")
+        print(document(config, header), end="")
+    return 0
+
+
+def _delegate(module: str, function: str) -> Any:
+    import importlib
+    return getattr(importlib.import_module(module), function)
+
+
+COMMANDS = {
+    "run": (cmd_run, "run a problem from a config with overrides"),
+    "resume": (cmd_resume, "continue an interrupted run"),
+    "sweep": (lambda argv: _delegate("sopt.experiments.sweep", "sweep_main")(argv),
+              "grid or random search over config keys, locally or on Ray"),
+    "report": (lambda argv: _delegate("sopt.experiments.report", "report_main")(argv),
+               "compare runs and sweeps: table and plots"),
+    "problems": (cmd_problems, "list the problems"),
+    "config": (cmd_config, "print a problem's default config, documented"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``sopt`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: sopt COMMAND [ARGS]  (sopt COMMAND --help for more)\n\ncommands:")
+        for name, (_, line) in COMMANDS.items():
+            print(f"  {name:<9} {line}")
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        import importlib.metadata
+        try:
+            print(f"sopt {importlib.metadata.version('sopt')}")
+        except importlib.metadata.PackageNotFoundError:
+            print("sopt (not installed)")
+        return 0
+    command = COMMANDS.get(argv[0])
+    if command is None:
+        import difflib
+        near = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        print(f"error: unknown command {argv[0]!r}{hint} allowed: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("MPLBACKEND", "Agg")   # pictures are files; no display needed
+    return int(command[0](argv[1:]) or 0)
+
+
+def entry_point() -> None:
+    sys.exit(main())
