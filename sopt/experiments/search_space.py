@@ -29,7 +29,8 @@ from typing import Any, Sequence
 SPACE_FUNCTIONS = ("range", "uniform", "loguniform", "choice")
 _FUNCTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.DOTALL)
 _KEY = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$")
-_BARE_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+_BARE_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")      # written without quotes
+_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")      # read as a string (as sopt.config.overrides)
 
 
 class SpaceError(ValueError):
@@ -102,18 +103,21 @@ def is_axis(token: str) -> bool:
 
 def parse_value(text: str, where: str) -> Any:
     """One value as a TOML literal (``0.1``, ``true``, ``"x"``, ``[1, 2]``); a bare word that is no TOML literal
-    (``Adam``, ``relu``) is a string. ``where`` names the key in the error of a malformed literal."""
+    (``Adam``, ``relu``, ``data/img.png``) is a string: the grammar of ``sopt run``'s override values
+    (sopt.config.overrides). ``where`` names the key in the error of a malformed or non-finite value."""
     text = text.strip()
     if not text:
-        raise SpaceError(f"{where}: empty value; give a TOML literal or a bare word")
+        raise SpaceError(f"{where}: empty value; give a TOML literal or a bare word (a string as \"\")")
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
-        pass
-    if text[0] in "[{\"'" or not re.fullmatch(r"[^\s=,\[\]{}()\"']+", text):
-        raise SpaceError(f"{where}: {text!r} is not a TOML value (numbers, true/false, \"strings\", [lists]) "
-                         f"or a bare word")
-    return text
+        if _BARE_WORD.match(text):
+            return text
+        raise SpaceError(f"{where}: {text!r} is not a TOML literal (numbers, true/false, \"strings\", [arrays]) "
+                         f"nor a bare word") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpaceError(f"{where}: {text!r} must be a finite number")
+    return value
 
 
 def format_value(value: Any) -> str:
@@ -124,10 +128,6 @@ def format_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
         return repr(value)
     if isinstance(value, str):
         if _BARE_STRING.match(value):

@@ -62,6 +62,17 @@ def sopt_trial_command(action: str, trial_dir: pathlib.Path, config: str, overri
     raise ValueError(f"trial action {action!r}: allowed 'run' or 'resume'")
 
 
+def check_sopt_trial(config: str, overrides: Sequence[str]) -> int:
+    """Validates a trial's config as ``sopt run`` will (the problem's schema, the overrides' keys and values), without
+    running anything; returns its ``steps``. Raises ConfigError (one line per problem)."""
+    from sopt.experiments.cli import load_run_config
+    _, resolved = load_run_config(config, None, list(overrides))
+    return int(resolved.steps)
+
+
+TrialCheck = Callable[[str, Sequence[str]], int]
+
+
 class _UsageError(Exception):
     """A usage, space or config-file error: one line, exit status 2."""
 
@@ -232,6 +243,23 @@ def _resume_command(args: argparse.Namespace, config: pathlib.Path, sweep_path: 
 
 
 # -- the command ---------------------------------------------------------------------------------------------------
+def _check_trials(check_trial: TrialCheck, config: str, space: SearchSpace, trials: list[Trial]) -> list[int]:
+    """Every trial's steps, checked by ``check_trial``; a config error is a _UsageError naming the first trial it
+    hits (its overrides), so a typo in a key or an out-of-range value stops the sweep before anything runs."""
+    steps = []
+    checked: dict[tuple[str, ...], int] = {}
+    for trial in trials:
+        overrides = (*space.base_overrides, *trial.overrides)
+        if overrides not in checked:
+            try:
+                checked[overrides] = check_trial(config, list(overrides))
+            except ValueError as exc:
+                lines = getattr(exc, "lines", None) or [str(exc)]
+                raise _UsageError(f"{lines[0]} (in {trial.id}: {' '.join(trial.overrides)})") from None
+        steps.append(checked[overrides])
+    return steps
+
+
 def _check_options(args: argparse.Namespace) -> None:
     if args.backend != "ray":
         for flag, value in (("--address", args.address), ("--gpu-per-trial", args.gpu_per_trial)):
@@ -250,12 +278,14 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
-               log: Callable[[str], None] | None = None) -> int:
+               check_trial: TrialCheck | None = check_sopt_trial, log: Callable[[str], None] | None = None) -> int:
     """``sopt sweep ARGV`` (the arguments after ``sweep``); returns the exit status (see the module docstring).
 
     ``trial_command(action, trial_dir, config, overrides) -> argv`` builds each trial's process (default
-    :func:`sopt_trial_command`; tests give a stand-in that follows the run directory contract). ``log``: where the
-    progress lines and the table go (default: stdout, flushed)."""
+    :func:`sopt_trial_command`; tests give a stand-in that follows the run directory contract).
+    ``check_trial(config, overrides) -> steps`` validates every trial's config before any runs (default
+    :func:`check_sopt_trial`; None: no check, the steps read from the config file and overrides).
+    ``log``: where the progress lines and the table go (default: stdout, flushed)."""
     log = log or (lambda line: print(line, flush=True))
     trial_command = trial_command or sopt_trial_command
     args = build_parser().parse_intermixed_args(list(argv))
@@ -265,10 +295,16 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
         text, data = _read_config(config)
         problem = _problem_name(config, data)
         space = parse_space(args.tokens, args.samples, args.seed)
+        params = space.trials()
+        width = max(3, len(str(len(params) - 1)))
+        trials = [Trial(f"trial-{i:0{width}d}", f"trial-{i:0{width}d}", p, space.overrides(p))
+                  for i, p in enumerate(params)]
+        steps = _planned_steps(data, space)
+        if check_trial is not None:
+            steps = max(_check_trials(check_trial, str(config), space, trials))
         prune = "halving" if args.prune == "asha" else args.prune
         min_steps = args.min_steps
         if prune is not None and min_steps is None:
-            steps = _planned_steps(data, space)
             if steps is None:
                 raise _UsageError(f"--prune {args.prune}: CONFIG {config} sets no steps; give --min-steps N")
             min_steps = max(1, steps // args.eta ** 2)
@@ -278,10 +314,6 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
                   "space": space_specs, "method": space.method, "samples": space.samples, "seed": space.seed,
                   "metric": args.metric, "mode": args.mode, "prune": prune, "backend": args.backend,
                   "hash": digest}
-        params = space.trials()
-        width = max(3, len(str(len(params) - 1)))
-        trials = [Trial(f"trial-{i:0{width}d}", f"trial-{i:0{width}d}", p, space.overrides(p))
-                  for i, p in enumerate(params)]
         if args.out is not None and not args.out.strip():
             raise _UsageError(f"--out {args.out!r}: give a folder name")
         path = pathlib.Path(args.out) if args.out else pathlib.Path("runs") / problem / f"sweep-{digest}"
