@@ -120,9 +120,9 @@ def parse_value(text: str, where: str) -> Any:
     return value
 
 
-def format_value(value: Any) -> str:
-    """``value`` as the TOML literal that :func:`parse_value` reads back to an equal value (a string that is a
-    bare word stays bare)."""
+def format_value(value: Any, bare: bool = True) -> str:
+    """``value`` as the TOML literal that :func:`parse_value` reads back to an equal value (a top-level string that
+    is a bare word stays bare when ``bare``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -130,7 +130,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, str):
-        if _BARE_STRING.match(value):
+        if bare and _BARE_STRING.match(value):
             try:
                 if parse_value(value, "") == value:
                     return value
@@ -138,9 +138,9 @@ def format_value(value: Any) -> str:
                 pass
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
+        return "[" + ", ".join(format_value(v, bare=False) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {format_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(k)} = {format_value(v, bare=False)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as a TOML literal")
 
 

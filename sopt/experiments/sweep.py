@@ -44,11 +44,11 @@ Lists, ranges and choices alone make a grid (their cartesian product); with --sa
 random search of N trials (list keys drawn uniformly). The same command again resumes the sweep: finished,
 failed and pruned trials are kept, interrupted ones resumed, pending ones started.
 
-examples:
-  sopt sweep fit.toml steps=200 optimizer.learning_rate=0.01,0.03,0.1 seed=range(3) --jobs 3
-  sopt sweep fit.toml optimizer.learning_rate=loguniform(1e-4,1e-1) --samples 20 --seed 1 --prune median
-  sopt sweep fit.toml model.n_neurons=32,64 --gpus 0,1 --trials-per-gpu 2
-  sopt sweep fit.toml model.n_neurons=32,64 --backend ray --address auto --gpu-per-trial 0.5
+examples (quote the specs with parentheses for the shell):
+  sopt sweep fit.toml steps=200 optimizer.learning_rate=0.01,0.03,0.1 'seed=range(3)' --jobs 3
+  sopt sweep fit.toml 'optimizer.learning_rate=loguniform(1e-4,1e-1)' --samples 20 --seed 1 --prune median
+  sopt sweep fit.toml optimizer.otype=Adam,SGD --gpus 0,1 --trials-per-gpu 2
+  sopt sweep fit.toml optimizer.otype=Adam,SGD --backend ray --address auto --gpu-per-trial 0.5
 """
 
 
@@ -288,7 +288,10 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
     ``log``: where the progress lines and the table go (default: stdout, flushed)."""
     log = log or (lambda line: print(line, flush=True))
     trial_command = trial_command or sopt_trial_command
-    args = build_parser().parse_intermixed_args(list(argv))
+    try:
+        args = build_parser().parse_intermixed_args(list(argv))
+    except SystemExit as exc:        # --help, or a usage error already printed as one line
+        return int(exc.code or 0)
     try:
         _check_options(args)
         config = pathlib.Path(args.config).expanduser().resolve()
@@ -308,7 +311,7 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
             if steps is None:
                 raise _UsageError(f"--prune {args.prune}: CONFIG {config} sets no steps; give --min-steps N")
             min_steps = max(1, steps // args.eta ** 2)
-        space_specs = {a.key: a.spec for a in space.axes}
+        space_specs = {a.name: a.spec for a in space.axes}     # keyed like the trials' params
         digest = sweep_hash(text, list(space.base_overrides), space_specs, space.method, space.samples, space.seed)
         header = {"problem": problem, "config": str(config), "overrides": list(space.base_overrides),
                   "space": space_specs, "method": space.method, "samples": space.samples, "seed": space.seed,

@@ -5,10 +5,11 @@
 
 The config (TOML) holds ``problem``, ``steps``, ``log_every``, ``checkpoint_every``, ``sleep`` (seconds per step),
 ``x``, ``y`` (the swept parameters), ``fail_x`` and ``fail_step`` (the run with ``x == fail_x`` fails at that
-step). Each step's loss is ``(x + y) * 0.97 ** step``, so every curve and final metric is known. SIGTERM: the
+step; the environment variable ``FAKE_FAIL_X``, when set, overrides ``fail_x``). Each step's loss is ``(x + y) * 0.97 ** step``, so every curve and final metric is known. SIGTERM: the
 current step finishes, a checkpoint is written, summary.json says "interrupted", exit 0; ``resume`` continues
 from the checkpoint (metrics records after it are dropped) to the same final metrics. With ``FAKE_TRIAL_LOG`` set,
-each start appends ``{"action", "dir", "cuda", "pid", "time"}`` to that file (JSON lines).
+each start appends ``{"event": "start", "action", "dir", "cuda", "pid", "time"}`` to that file (JSON lines) and
+each exit ``{"event": "end", "dir", "pid", "time"}``.
 """
 
 from __future__ import annotations
@@ -49,8 +50,14 @@ def summary(run_dir: pathlib.Path, config: dict, status: str, step: int, metrics
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S")})
 
 
+def log_event(event: dict) -> None:
+    if os.environ.get("FAKE_TRIAL_LOG"):
+        with open(os.environ["FAKE_TRIAL_LOG"], "a") as f:
+            f.write(json.dumps({**event, "pid": os.getpid(), "time": time.time()}) + "\n")
+
+
 def main(argv: list[str]) -> int:
-    stop = []
+    stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     action, rest = argv[0], [a for a in argv[1:] if a != "--no-progress"]
     if action == "run":
@@ -79,10 +86,16 @@ def main(argv: list[str]) -> int:
         kept = [line for line in (out / "metrics.jsonl").read_text().splitlines()
                 if json.loads(line)["step"] <= start] if (out / "metrics.jsonl").exists() else []
         (out / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
-    if os.environ.get("FAKE_TRIAL_LOG"):
-        with open(os.environ["FAKE_TRIAL_LOG"], "a") as f:
-            f.write(json.dumps({"action": action, "dir": str(out), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                "pid": os.getpid(), "time": time.time()}) + "\n")
+    if os.environ.get("FAKE_FAIL_X"):
+        config["fail_x"] = parse_value(os.environ["FAKE_FAIL_X"])
+    log_event({"event": "start", "action": action, "dir": str(out), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    try:
+        return train(out, config, start, stop)
+    finally:
+        log_event({"event": "end", "dir": str(out)})
+
+
+def train(out: pathlib.Path, config: dict, start: int, stop: list[int]) -> int:
     summary(out, config, "running", start, {})
     metrics: dict = {}
     for step in range(start + 1, config["steps"] + 1):
