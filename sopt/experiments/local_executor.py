@@ -3,7 +3,8 @@
 Each trial is one process (``sopt run ... --out TRIAL_DIR`` or ``sopt resume TRIAL_DIR``, see
 :func:`sopt.experiments.sweep.sopt_trial_command`) in a session of its own, so a Ctrl-C in the terminal reaches the
 sweep only, which forwards one SIGTERM to each running trial: the trial finishes its step, writes a checkpoint and
-exits as "interrupted", and the next sweep resumes it. With ``gpus``, each trial gets ``CUDA_VISIBLE_DEVICES`` set
+exits as "interrupted", and the next sweep resumes it (a second Ctrl-C forwards SIGINT, which ends a trial at once;
+it resumes from its last checkpoint). With ``gpus``, each trial gets ``CUDA_VISIBLE_DEVICES`` set
 to one of them, round robin over the GPUs with a free slot (``trials_per_gpu`` slots each). The pruner reads every
 running trial's metrics.jsonl each poll and stops the trials it condemns with SIGTERM (status "pruned").
 """
@@ -83,12 +84,16 @@ class LocalExecutor:
         self.log = log
         self.interrupted = False
         self._forwarded = False
+        self._hurry = self._hurried = False
         self.curves: dict[str, MetricCurve] = {}
 
     # -- signals ---------------------------------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame) -> None:
         if not self.interrupted:
-            self.log(f"{signal.Signals(signum).name}: stopping the running trials (each writes a checkpoint)")
+            self.log(f"{signal.Signals(signum).name}: stopping the running trials (each writes a checkpoint; "
+                     f"a second Ctrl-C stops them at once, losing the steps since their last checkpoint)")
+        elif signum == signal.SIGINT:
+            self._hurry = True
         self.interrupted = True
 
     # -- one trial -------------------------------------------------------------------------------------------------
@@ -177,6 +182,8 @@ class LocalExecutor:
                     action = start_action(self.sweep, trial, self.retry_failed)
                     if action is None:
                         self.sweep.save()
+                        if trial.status == "running":      # its process, left by a killed sweep, still runs
+                            self.log(f"{trial.id} {trial.error}")
                         continue
                     started = self._start(trial, action)
                     if started is not None:
@@ -187,6 +194,11 @@ class LocalExecutor:
                         self._forwarded = True
                         for r in running:
                             self._stop(r, "interrupt")
+                    if self._hurry and not self._hurried:    # a second Ctrl-C: sopt run exits at once on it
+                        self._hurried = True
+                        for r in running:
+                            if r.process.poll() is None:
+                                r.process.send_signal(signal.SIGINT)
                 if self.pruner is not None and not self.interrupted:
                     self._prune(running)
                 for r in [r for r in running if r.process.poll() is not None]:

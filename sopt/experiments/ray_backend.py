@@ -11,8 +11,9 @@ factor ``eta``) and ``--prune median`` Tune's ``MedianStoppingRule``; the trials
 the summary table are the same. Tune's own files go to ``SWEEP_DIR/ray/``.
 
 When Tune stops a trial (pruning, or Ctrl-C on the sweep), the trainable's cleanup sends the trial process SIGTERM
-and waits: the trial finishes its step, writes its checkpoint and exits "interrupted", like a local trial. On a cluster of several
-machines the config file and the sweep directory must be on a shared filesystem, with sopt installed on every node.
+and waits: the trial finishes its step, writes its checkpoint and exits "interrupted", like a local trial. On a
+cluster of several machines the config file and the sweep directory must be on a shared filesystem, with sopt
+installed on every node.
 Ray is imported only here, so sopt works without it.
 """
 
@@ -121,7 +122,8 @@ def run_with_ray(sweep: SweepDir, trial_command: Callable, config: str, *, jobs:
                  retry_failed: bool, log: Callable[[str], None] = print) -> bool:
     """Runs the trials of ``sweep`` that need it through Ray Tune (see the module docstring) and records their
     outcomes in sweep.json. Connects to ``address`` (or starts a local Ray instance with ``jobs`` CPUs, default
-    2) unless Ray is already initialised. Returns whether the sweep was interrupted (trials left to run)."""
+    all) unless Ray is already initialised; ``jobs`` also caps the trials at once. Returns whether the sweep was
+    interrupted (trials left to run)."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")     # with verbose=0: no boxes of Tune's progress output
     import ray
     from ray import tune
@@ -134,6 +136,8 @@ def run_with_ray(sweep: SweepDir, trial_command: Callable, config: str, *, jobs:
         action = start_action(sweep, trial, retry_failed)
         if action is not None:
             todo.append((trial, action))
+        elif trial.status == "running":           # its process, left by a killed sweep, still runs
+            log(f"{trial.id} {trial.error}")
     sweep.save()
     if not todo:
         return False
@@ -143,7 +147,7 @@ def run_with_ray(sweep: SweepDir, trial_command: Callable, config: str, *, jobs:
         if address:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         else:
-            ray.init(num_cpus=jobs or 2, logging_level=logging.WARNING, log_to_driver=False,
+            ray.init(num_cpus=jobs, logging_level=logging.WARNING, log_to_driver=False,  # None: all CPUs
                      include_dashboard=False)
         started_ray = True
     log(f"ray: {len(todo)} trials on {ray.cluster_resources().get('CPU', 0):g} CPUs, "

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pathlib
+import socket
 from typing import Any
 
 STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
@@ -209,11 +210,31 @@ def _move_aside(run_dir: pathlib.Path) -> pathlib.Path:
     return target
 
 
+def _alive_here(run_dir: pathlib.Path, pid: Any) -> bool:
+    """Whether the run's process ``pid`` still runs on this host (env.json names the run's host)."""
+    try:
+        host = json.loads((run_dir / "env.json").read_text(encoding="utf-8")).get("host")
+    except (OSError, ValueError, AttributeError):
+        host = None
+    if host is not None and host != socket.gethostname():
+        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def start_action(sweep: SweepDir, trial: Trial, retry_failed: bool) -> str | None:
     """What starting ``trial`` takes: "run" (a new run into its directory), "resume" (``sopt resume`` of its
-    interrupted run) or None (nothing: its run directory shows it already finished or failed; ``trial`` is
-    updated from it). A run directory that cannot be resumed (no summary.json) or a failed trial's directory
-    when ``retry_failed`` is moved aside to ``trial-NNN.old-N`` first."""
+    interrupted run) or None (nothing: its run directory shows it already finished or failed, or its process
+    still runs, left by a killed sweep; ``trial`` is updated from it). A run directory that cannot be resumed (no
+    summary.json) or a failed trial's directory when ``retry_failed`` is moved aside to ``trial-NNN.old-N``
+    first."""
     run_dir = sweep.trial_dir(trial)
     if trial.status in ("finished", "pruned") or (trial.status == "failed" and not retry_failed):
         return None
@@ -229,6 +250,12 @@ def start_action(sweep: SweepDir, trial: Trial, retry_failed: bool) -> str | Non
             trial.error = " ".join(str(summary.get("error") or "the run failed").split())
             if not retry_failed:
                 return None
+        elif status == "running" and _alive_here(run_dir, summary.get("pid")):
+            # an earlier sweep process was killed and left this trial running: leave it to finish
+            trial.status = "running"
+            trial.error = (f"still running (process {summary.get('pid')}) from an earlier sweep process; "
+                           f"run the sweep again once it has ended")
+            return None
         else:
             return "resume"
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):

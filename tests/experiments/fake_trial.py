@@ -5,9 +5,10 @@
 
 The config (TOML) holds ``problem``, ``steps``, ``log_every``, ``checkpoint_every``, ``sleep`` (seconds per step),
 ``x``, ``y`` (the swept parameters), ``fail_x`` and ``fail_step`` (the run with ``x == fail_x`` fails at that
-step; the environment variable ``FAKE_FAIL_X``, when set, overrides ``fail_x``). Each step's loss is ``(x + y) * 0.97 ** step``, so every curve and final metric is known. SIGTERM: the
-current step finishes, a checkpoint is written, summary.json says "interrupted", exit 0; ``resume`` continues
-from the checkpoint (metrics records after it are dropped) to the same final metrics. With ``FAKE_TRIAL_LOG`` set,
+step; the environment variable ``FAKE_FAIL_X``, when set, overrides ``fail_x``). Each step's loss is
+``(x + y) * 0.97 ** step``, so every curve and final metric is known. SIGTERM: the current step finishes, a
+checkpoint is written, summary.json says "interrupted", exit 0; ``resume`` continues from the checkpoint (metrics
+records after it are dropped) to the same final metrics. With ``FAKE_TRIAL_LOG`` set,
 each start appends ``{"event": "start", "action", "dir", "cuda", "pid", "time"}`` to that file (JSON lines) and
 each exit ``{"event": "end", "dir", "pid", "time"}``.
 """

@@ -88,6 +88,25 @@ def test_interrupted_grid_resumes_without_redoing_finished_trials(tmp_path, tria
     assert any("4 finished" in line for line in lines)
 
 
+def test_trials_left_running_by_a_killed_sweep_are_not_started_twice(tmp_path, trial_env):
+    config = fake_config(tmp_path / "c.toml", steps=40, sleep=0.05, log_every=1)
+    out = tmp_path / "sweep"
+    argv = [str(config), "x=1,2", "--jobs", "2", "--out", str(out)]
+    process = sweep_process(argv, {})
+    wait_for(lambda: all((out / f"trial-00{i}" / "metrics.jsonl").exists() for i in range(2)), 60, "metrics")
+    process.kill()                                             # kill -9: no chance to stop its trials
+    process.communicate()
+    code, lines = sweep(argv)
+    assert code == 0 and statuses(out) == ["running", "running"]
+    assert all("still running" in t["error"] for t in read_sweep(out)["trials"])
+    summaries = [out / f"trial-00{i}" / "summary.json" for i in range(2)]
+    wait_for(lambda: all(json.loads(p.read_text())["status"] == "finished" for p in summaries), 60, "the trials")
+    assert sweep(argv)[0] == 0 and statuses(out) == ["finished", "finished"]
+    assert starts(trial_env) == {"trial-000": ["run"], "trial-001": ["run"]}
+    assert [t["metrics"]["loss"] for t in read_sweep(out)["trials"]] == pytest.approx([loss(1, 0, 40),
+                                                                                       loss(2, 0, 40)], rel=1e-12)
+
+
 def test_failed_trials_are_recorded_and_the_sweep_goes_on(tmp_path, trial_env, monkeypatch):
     config = fake_config(tmp_path / "c.toml", steps=6, log_every=1, fail_step=3)
     out = tmp_path / "sweep"
@@ -196,5 +215,6 @@ def test_real_sopt_run_trials(tmp_path, monkeypatch, capsys):
         assert summary["status"] == "finished" and summary["steps"] == 6
         assert t["metrics"] == summary["metrics"]
         assert (out / t["dir"] / "overrides.txt").read_text().split() == t["overrides"]
-        assert f"learning_rate = {t['params']['optimizer.learning_rate']}" in (out / t["dir"] / "config.toml").read_text()
+        resolved = (out / t["dir"] / "config.toml").read_text()
+        assert f"learning_rate = {t['params']['optimizer.learning_rate']}" in resolved
     assert trials[0]["metrics"]["loss"] != trials[1]["metrics"]["loss"]
