@@ -224,6 +224,9 @@ COMMANDS = {
 }
 
 
+LIGHT_COMMANDS = ("run", "resume", "config", "problems")   # those that never need torch
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``sopt`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -247,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {argv[0]!r}{hint} allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     os.environ.setdefault("MPLBACKEND", "Agg")   # pictures are files; no display needed
+    if argv[0] in LIGHT_COMMANDS and "torch" not in sys.modules:
+        # slangpy's extension imports torch when it is installed (~3 s on a cold start) only to offer its torch
+        # bridge, which no problem uses: marking torch unavailable keeps `sopt run` within a second of its first step
+        sys.modules["torch"] = None  # type: ignore[assignment]
     return int(command[0](argv[1:]) or 0)
 
 
