@@ -65,8 +65,7 @@ class StopTrialOnCleanup:
 def run_trial(config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> None:
     """Tune function trainable: runs the trial ``config["trial"]`` of ``specs`` (argv, run directory, log files,
     metric, mode, the driver's Python) and reports its metric records until the process exits."""
-    from ray import tune
-
+    report = _tune_report()
     spec = specs[config["trial"]]
     argv = list(spec["argv"])
     if argv[0] == spec["driver_python"]:      # the driver's interpreter path may not exist on a worker node
@@ -80,7 +79,7 @@ def run_trial(config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> None:
         while True:
             exited = process.poll() is not None
             for step, value in curve.read():
-                tune.report({"step": step, spec["metric"]: value})   # returns when Tune wants more
+                report({"step": step, spec["metric"]: value})   # returns when Tune wants more
             if exited:
                 return
             time.sleep(POLL_S)
@@ -89,6 +88,25 @@ def run_trial(config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> None:
 
 
 run_trial.__mixins__ = (StopTrialOnCleanup,)   # Tune's wrap_function puts these before FunctionTrainable
+
+
+def _tune_report() -> Callable[[dict], None]:
+    """Tune's report function: ``ray.tune.report`` since Tune and Train split their APIs (Ray 2.41),
+    ``ray.train.report`` before (Ray 2.7 to 2.40)."""
+    try:
+        from ray.tune.trainable.trainable_fn_utils import report
+    except ImportError:
+        from ray.train import report
+    return report
+
+
+def _run_config_class() -> type:
+    """``ray.tune.RunConfig`` (Ray >= 2.41), ``ray.train.RunConfig`` before."""
+    try:
+        from ray.tune import RunConfig
+    except ImportError:
+        from ray.train import RunConfig
+    return RunConfig
 
 
 def _recording(scheduler_cls: type, stopped: set[str]) -> type:
@@ -178,7 +196,7 @@ def run_with_ray(sweep: SweepDir, trial_command: Callable, config: str, *, jobs:
         param_space={"trial": tune.grid_search([trial.id for trial, _ in todo])},
         tune_config=tune.TuneConfig(metric=metric, mode=mode, scheduler=scheduler, max_concurrent_trials=jobs,
                                     reuse_actors=False),
-        run_config=tune.RunConfig(name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
+        run_config=_run_config_class()(name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
                                   storage_path=str((sweep.path / "ray").resolve()), verbose=0),
     )
     # Tune ends a run gracefully on SIGINT (stopping its trials); make SIGTERM do the same.
