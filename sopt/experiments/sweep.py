@@ -268,6 +268,11 @@ def _check_options(args: argparse.Namespace) -> None:
     elif args.gpus is not None or args.trials_per_gpu is not None:
         raise _UsageError("--gpus/--trials-per-gpu: only for --backend local; with Ray each trial asks for "
                           "--gpu-per-trial GPUs and Ray places it")
+    if args.backend == "ray":
+        try:
+            import ray.tune  # noqa: F401  (checked before the sweep directory is made)
+        except ImportError as exc:
+            raise _UsageError(f"--backend ray needs Ray Tune ({exc}); pip install 'sopt[ray]'") from None
     if args.trials_per_gpu is not None and args.gpus is None:
         raise _UsageError(f"--trials-per-gpu {args.trials_per_gpu}: needs --gpus")
     if args.eta < 2:
@@ -335,11 +340,7 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
         log(f"{space.describe()}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         pruner = make_pruner(prune, args.mode, min_steps, args.eta) if prune else None
         if args.backend == "ray":
-            try:
-                from sopt.experiments.ray_backend import run_with_ray
-            except ImportError as exc:
-                print(f"error: --backend ray needs Ray Tune ({exc}); pip install 'sopt[ray]'", file=sys.stderr)
-                return 2
+            from sopt.experiments.ray_backend import run_with_ray
             interrupted = run_with_ray(sweep, trial_command, str(config), jobs=args.jobs, address=args.address,
                                        gpu_per_trial=args.gpu_per_trial or 0.0, prune=prune,
                                        min_steps=min_steps, eta=args.eta, metric=args.metric, mode=args.mode,

@@ -48,10 +48,20 @@ def test_interrupted_grid_resumes_without_redoing_finished_trials(tmp_path, tria
     out = tmp_path / "sweep"
     argv = [str(config), "x=1,2", "y=10,20", "--jobs", "2", "--out", str(out)]
     process = sweep_process(argv, {})
-    # SIGTERM once a trial has finished and others are part way (their metrics under way)
-    wait_for(lambda: "finished" in statuses(out) and "running" in statuses(out), 60, "a finished trial")
-    running = [t for t in read_sweep(out)["trials"] if t["status"] == "running"]
-    wait_for(lambda: all((out / t["dir"] / "metrics.jsonl").exists() for t in running), 30, "running metrics")
+    # SIGTERM once a trial has finished and the running ones are part way (steps 2 to 20 of 30: none can
+    # finish, and so none start, in the moment before the signal)
+
+    def part_way() -> bool:
+        try:
+            trials = read_sweep(out)["trials"]
+            running = [t for t in trials if t["status"] == "running"]
+            last = [json.loads((out / t["dir"] / "metrics.jsonl").read_text().splitlines()[-1])["step"]
+                    for t in running]
+        except (OSError, ValueError, IndexError):
+            return False
+        return any(t["status"] == "finished" for t in trials) and running and all(2 <= s <= 20 for s in last)
+
+    wait_for(part_way, 60, "a finished trial and others part way")
     process.send_signal(signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
