@@ -1,0 +1,263 @@
+"""The sweep directory: ``sweep.json`` (the sweep and each trial's state), one run directory per trial, logs.
+
+Layout (``runs/<problem>/sweep-<hash>/`` or ``--out DIR``)::
+
+    sweep.json          {"problem", "config", "overrides", "space", "method", "samples", "seed", "metric", "mode",
+                         "prune", "backend", "hash", "trials": [{"id", "dir", "params", "overrides", "status",
+                         "error", "metrics"}]}, rewritten atomically after every change
+    trial-000/          the trial's run directory (sopt run --out), see sopt.experiments.run_dir
+    logs/trial-000.out  the trial process's stdout and stderr (appended by each start)
+    logs/trial-000.err
+
+The hash names the sweep by what decides its trials: the config file's text, the base overrides, the space, the
+method, the samples and the seed. Re-running the same command finds the same directory and resumes it.
+A trial's status: pending (not started), running, finished, failed (error: its last stderr line or summary.json's
+error), pruned (stopped early by the pruner) or interrupted (stopped by a signal to the sweep; resumed next time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import math
+import os
+import pathlib
+import socket
+from typing import Any
+
+STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
+SWEEP_FILE = "sweep.json"
+
+
+def sweep_hash(config_text: str, base_overrides: list[str], space: dict[str, str], method: str,
+               samples: int | None, seed: int | None) -> str:
+    """8 hex digits of a sha256 over what decides a sweep's trials."""
+    blob = json.dumps({"config": config_text, "overrides": list(base_overrides), "space": list(space.items()),
+                       "method": method, "samples": samples, "seed": seed}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:8]
+
+
+def write_json_atomic(path: pathlib.Path, data: Any) -> None:
+    """``data`` as JSON into ``path``: written to a temporary file, flushed to disk, then renamed over ``path``
+    (a reader sees the old or the new file, never a part)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/Inf (not JSON) as strings, so a diverged trial's metrics can be written."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass
+class Trial:
+    """One trial of sweep.json (see the module docstring)."""
+
+    id: str
+    dir: str
+    params: dict[str, Any]
+    overrides: list[str]
+    status: str = "pending"
+    error: str | None = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return _json_safe(dataclasses.asdict(self))
+
+
+class SweepDir:
+    """A sweep directory and its state; :meth:`save` rewrites sweep.json atomically."""
+
+    def __init__(self, path: pathlib.Path, header: dict[str, Any], trials: list[Trial]) -> None:
+        self.path = pathlib.Path(path)
+        self.header = header
+        self.trials = trials
+        self._lock_file = None
+
+    @property
+    def file(self) -> pathlib.Path:
+        return self.path / SWEEP_FILE
+
+    def trial_dir(self, trial: Trial) -> pathlib.Path:
+        return self.path / trial.dir
+
+    def log_paths(self, trial: Trial) -> tuple[pathlib.Path, pathlib.Path]:
+        """(stdout, stderr) log files of ``trial``'s processes."""
+        return self.path / "logs" / f"{trial.id}.out", self.path / "logs" / f"{trial.id}.err"
+
+    def save(self) -> None:
+        write_json_atomic(self.file, {**self.header, "trials": [t.as_json() for t in self.trials]})
+
+    def lock(self) -> None:
+        """Takes the directory's lock (a second sweep process on it is refused with ValueError)."""
+        self._lock_file = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            raise ValueError(f"sweep directory {self.path}: another sopt sweep is running on it") from None
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def counts(self) -> dict[str, int]:
+        """How many trials are in each status (statuses with none left out)."""
+        out: dict[str, int] = {}
+        for t in self.trials:
+            out[t.status] = out.get(t.status, 0) + 1
+        return out
+
+    @classmethod
+    def open(cls, path: pathlib.Path, header: dict[str, Any], trials: list[Trial]) -> "SweepDir":
+        """The sweep directory at ``path``: created with ``header`` and ``trials`` (all pending) if new or empty,
+        else its sweep.json read back (the trials' states kept; the header's metric, mode, prune and backend
+        updated to this command's). ValueError when ``path`` holds something else or another sweep."""
+        path = pathlib.Path(path).absolute()      # trials may run in other working directories (Ray)
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"--out {path}: exists and is not a directory")
+        file = path / SWEEP_FILE
+        if file.exists():
+            try:
+                data = json.loads(file.read_text(encoding="utf-8"))
+                old_trials = [Trial(**{k: t[k] for k in ("id", "dir", "params", "overrides", "status", "error",
+                                                         "metrics")}) for t in data["trials"]]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"sweep directory {path}: unreadable {SWEEP_FILE} ({exc})") from None
+            if data.get("hash") != header["hash"]:
+                raise ValueError(f"sweep directory {path}: holds another sweep (hash {data.get('hash')}, this one "
+                                 f"is {header['hash']}: other config text, overrides, space, samples or seed); "
+                                 f"choose another --out")
+            sweep = cls(path, {**{k: v for k, v in data.items() if k != "trials"}, **header}, old_trials)
+        else:
+            if path.is_dir() and any(path.iterdir()):
+                raise ValueError(f"--out {path}: not empty and holds no {SWEEP_FILE}; choose a new or empty folder")
+            path.mkdir(parents=True, exist_ok=True)
+            sweep = cls(path, header, trials)
+        (path / "logs").mkdir(exist_ok=True)
+        return sweep
+
+
+# -- a trial's outcome from its run directory ---------------------------------------------------------------------
+def read_summary(run_dir: pathlib.Path) -> dict[str, Any] | None:
+    """A run directory's summary.json, or None when it is missing or unreadable."""
+    try:
+        data = json.loads((pathlib.Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def last_line(path: pathlib.Path) -> str | None:
+    """The last non-blank line of a text file (None if there is none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def trial_outcome(run_dir: pathlib.Path, stderr_log: pathlib.Path, returncode: int | None,
+                  stopped_for: str | None) -> tuple[str, str | None, dict[str, Any]]:
+    """(status, error, final metrics) of a trial whose process has exited, from its run directory.
+
+    ``returncode``: the process's exit status (None if unknown, e.g. run by Ray); ``stopped_for``: why the sweep
+    sent it SIGTERM: None, "interrupt" (the sweep was interrupted) or "prune" (the pruner stopped it)."""
+    summary = read_summary(run_dir) or {}
+    run_status = summary.get("status")
+    metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
+    if run_status == "finished" and returncode in (0, None):
+        return "finished", None, metrics
+    if run_status == "failed" or (returncode not in (0, None) and stopped_for is None):
+        error = summary.get("error") if run_status == "failed" else None
+        error = error or last_line(stderr_log) or (
+            f"exit status {returncode}" if returncode is not None else "the trial failed")
+        return "failed", " ".join(str(error).split()), metrics
+    if stopped_for == "prune":
+        return "pruned", None, metrics
+    if stopped_for == "interrupt" or run_status == "interrupted":
+        return "interrupted", None, metrics
+    return "failed", last_line(stderr_log) or f"the trial exited (status {returncode}) with summary.json status " \
+                                              f"{run_status!r}", metrics
+
+
+def _move_aside(run_dir: pathlib.Path) -> pathlib.Path:
+    """Renames ``run_dir`` to the first free ``<name>.old-N`` (nothing is deleted); returns the new path."""
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.old-{n}").exists():
+        n += 1
+    target = run_dir.with_name(f"{run_dir.name}.old-{n}")
+    run_dir.rename(target)
+    return target
+
+
+def _alive_here(run_dir: pathlib.Path, pid: Any) -> bool:
+    """Whether the run's process ``pid`` still runs on this host (env.json names the run's host)."""
+    try:
+        host = json.loads((run_dir / "env.json").read_text(encoding="utf-8")).get("host")
+    except (OSError, ValueError, AttributeError):
+        host = None
+    if host is not None and host != socket.gethostname():
+        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_action(sweep: SweepDir, trial: Trial, retry_failed: bool) -> str | None:
+    """What starting ``trial`` takes: "run" (a new run into its directory), "resume" (``sopt resume`` of its
+    interrupted run) or None (nothing: its run directory shows it already finished or failed, or its process
+    still runs, left by a killed sweep; ``trial`` is updated from it). A run directory that cannot be resumed (no
+    summary.json) or a failed trial's directory when ``retry_failed`` is moved aside to ``trial-NNN.old-N``
+    first."""
+    run_dir = sweep.trial_dir(trial)
+    if trial.status in ("finished", "pruned") or (trial.status == "failed" and not retry_failed):
+        return None
+    summary = read_summary(run_dir)
+    if trial.status != "failed" and summary is not None:
+        status = summary.get("status")
+        metrics = summary.get("metrics") if isinstance(summary.get("metrics"), dict) else {}
+        if status == "finished":                 # finished while no sweep process watched it
+            trial.status, trial.error, trial.metrics = "finished", None, metrics
+            return None
+        if status == "failed":
+            trial.status, trial.metrics = "failed", metrics
+            trial.error = " ".join(str(summary.get("error") or "the run failed").split())
+            if not retry_failed:
+                return None
+        elif status == "running" and _alive_here(run_dir, summary.get("pid")):
+            # an earlier sweep process was killed and left this trial running: leave it to finish
+            trial.status = "running"
+            trial.error = (f"still running (process {summary.get('pid')}) from an earlier sweep process; "
+                           f"run the sweep again once it has ended")
+            return None
+        else:
+            return "resume"
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        _move_aside(run_dir)
+    return "run"
