@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from sopt.config.files import dumps_toml, parse_toml, read_config, without_none, write_atomic, write_toml
+from sopt.config.files import dumps_toml, read_config, without_none, write_atomic, write_toml
 from sopt.config.schema import ConfigError, defaults, validate
 from sopt.problems import PROBLEMS, problem_class
 
