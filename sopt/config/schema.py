@@ -202,3 +202,34 @@ def defaults(schema: type[BaseModel]) -> dict[str, Any]:
     return schema().model_dump(mode="json")
 
 
+def complete(schema: type[BaseModel], data: dict[str, Any], default: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``data`` (not modified) with every key it lacks set to its default: the value in ``default`` (the
+    schema's default config, :func:`defaults`), or, in a section whose ``otype`` differs from the default's,
+    the defaults of that otype's own model. So ``~a.b`` restores the value ``sopt config`` shows, and after
+    ``optimizer.otype=SGD`` the section holds SGD's keys, which later overrides may change
+    (``optimizer.momentum=0.9``). Unknown otypes and values of the wrong kind are left for :func:`validate`."""
+    default = defaults(schema) if default is None else default
+    out = copy.deepcopy(data)
+    for key, field in schema.model_fields.items():
+        if key not in out:
+            if key in default:
+                out[key] = copy.deepcopy(default[key])
+            continue
+        value = out[key]
+        if not isinstance(value, dict):
+            continue
+        base = default.get(key)
+        members = _union_members(field)
+        if members:
+            model = next((m for m in members if m.model_fields["otype"].default == value.get("otype")), None)
+            if model is not None and not (isinstance(base, dict) and base.get("otype") == value.get("otype")):
+                try:
+                    base = model().model_dump(mode="json")
+                except ValidationError:   # a member with required keys: validate names them
+                    base = {}
+        else:
+            model = field.annotation if isinstance(field.annotation, type) and issubclass(field.annotation,
+                                                                                          BaseModel) else None
+        if model is not None:
+            out[key] = complete(model, value, base if isinstance(base, dict) else {})
+    return out

@@ -51,8 +51,8 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
     """The validated config of a run: the defaults of its problem (named by the file's ``problem`` key or
     ``problem_name``), the file merged over them, then the overrides. ConfigError (one line each)."""
     from sopt.config.files import read_config
-    from sopt.config.overrides import apply_overrides, parse_override
-    from sopt.config.schema import defaults, merge, validate
+    from sopt.config.overrides import apply_override, parse_override
+    from sopt.config.schema import complete, defaults, merge, validate
     from sopt.problems import problem_class
 
     parsed = [parse_override(o) for o in overrides]   # grammar errors first, before the file is read
@@ -70,8 +70,9 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
                 raise ConfigError([f"override {o.text!r}: the problem key can only be set (problem=NAME)"])
             name = o.value
     cls = problem_class(name)
-    data = merge(defaults(cls.schema), {**data, "problem": name})
-    data = apply_overrides(data, overrides)
+    data = complete(cls.schema, merge(defaults(cls.schema), {**data, "problem": name}))
+    for o in parsed:   # each on a complete config: after optimizer.otype=SGD, optimizer.momentum=0.9 finds its key
+        data = complete(cls.schema, apply_override(data, o))
     return cls, validate(cls.schema, data)
 
 

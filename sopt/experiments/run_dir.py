@@ -42,6 +42,9 @@ def new_run_dir(root: str | os.PathLike[str], problem: str, config_text: str) ->
             return path
         except FileExistsError:
             continue
+        except OSError as exc:   # a file where a folder must be, no permission: one line, not a traceback
+            raise RunDirError(f"--root {os.fspath(root)!r}: cannot create the run folder {str(path)!r}: "
+                              f"{exc.strerror or exc}") from None
     raise RunDirError(f"could not create a new run folder under {str(base)!r}")
 
 

@@ -1,4 +1,4 @@
-"""What the problem tests share: interrupting a run, reading its metrics, calling a problem's CLI in-process."""
+"""What the problem tests share: interrupting a run, reading its metrics, calling the ``sopt`` command in-process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sopt.problems.fitting.cli import main
+from sopt.experiments.cli import main
 from sopt.train import Callback
 
 
@@ -33,11 +33,17 @@ def records(path: pathlib.Path) -> list[dict]:
             for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def run_cli(problem: type, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """The problem's ``main(argv)`` in this process: (exit status, stdout, stderr); argparse's exits count."""
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """``sopt ARGV`` (sopt.experiments.cli.main) in this process: (exit status, stdout, stderr); argparse's exits
+    count."""
     try:
-        code = main(problem, argv)
+        code = main(argv)
     except SystemExit as exc:
         code = exc.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def run_problem(problem: type, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """``sopt run --problem NAME ARGV`` in this process (a config file in ``argv`` needs no ``problem`` key)."""
+    return run_cli(["run", "--problem", problem.name, *argv], capsys)

@@ -18,14 +18,15 @@ from sopt.problems.fitting import load_config, run
 from sopt.sim import SpringSystem
 from tests.sim.fields_reference import central_fd
 from tests.sim.spring_system_reference import SpringParams, step as reference_step
-from tests.problems.runs import Interrupt, records, run_cli
+from tests.problems.runs import Interrupt, records, run_cli, run_problem
 
 # a 4 x 4 cloth, 30 steps, 3 observations: for the tests of the mechanics (not of recovery)
 TINY = {"nx": 4, "ny": 4, "duration": 0.09, "observations": 3, "steps": 6, "log_every": 2, "checkpoint_every": 3}
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    return run_cli(FitCloth, argv, capsys)
+    """``sopt run --problem fit_cloth ARGV`` in this process."""
+    return run_problem(FitCloth, argv, capsys)
 
 
 # -- geometry and the regulariser ------------------------------------------------------------------------------------
@@ -167,11 +168,11 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     config_file = tmp_path / "tiny.json"
     config_file.write_text(json.dumps({**TINY, "noise_std": 0.001}), encoding="utf-8")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    code, _, stderr = cli(["--config", str(config_file), "--out", str(whole), "--no-progress"], capsys)
+    code, _, stderr = cli([str(config_file), "--out", str(whole), "--no-progress"], capsys)
     assert code == 0, stderr
     with pytest.raises(KeyboardInterrupt):
         run(FitCloth, load_config(ClothConfig, config_file), cut, progress=False, callbacks=[Interrupt(4)])
-    code, _, stderr = cli(["--resume", str(cut), "--no-progress"], capsys)
+    code, _, stderr = run_cli(["resume", str(cut), "--no-progress"], capsys)
     assert code == 0, stderr
     assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
     assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
@@ -195,7 +196,7 @@ BAD = [
 def test_a_bad_config_is_one_error_line_and_nothing_is_written(override, expected, tmp_path, capsys):
     config_file = tmp_path / "bad.json"
     config_file.write_text(json.dumps(override), encoding="utf-8")
-    code, _, stderr = cli(["--config", str(config_file), "--out", str(tmp_path / "out")], capsys)
+    code, _, stderr = cli([str(config_file), "--out", str(tmp_path / "out")], capsys)
     assert code == 2
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: config") and expected in lines[0], lines
@@ -205,7 +206,7 @@ def test_a_bad_config_is_one_error_line_and_nothing_is_written(override, expecte
 def test_a_dt_unstable_for_the_fit_is_refused_before_training(tmp_path, capsys):
     config_file = tmp_path / "dt.json"
     config_file.write_text(json.dumps({"dt": 0.012, "duration": 0.6, "observations": 10}), encoding="utf-8")
-    code, _, stderr = cli(["--config", str(config_file), "--out", str(tmp_path / "out")], capsys)
+    code, _, stderr = cli([str(config_file), "--out", str(tmp_path / "out")], capsys)
     assert code == 2
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: config dt = 0.012 s is too large"), lines

@@ -13,7 +13,7 @@ import sopt
 from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
 from sopt.problems.fit_projectile.problem import NAMES, RANGES
 from sopt.problems.fitting import load_config, run
-from sopt.problems.fitting.cli import main
+from tests.problems.runs import run_problem
 from tests.sim.projectile_reference import Coefficients, rollout as reference_rollout
 
 # a 2 s scene in which the ball bounces (lands at about 1 s), so every parameter has a gradient
@@ -116,8 +116,7 @@ def test_a_noisy_fit_converges_to_the_noise_level(tmp_path):
 def test_a_scene_the_observations_do_not_divide_is_refused(tmp_path, capsys):
     config = tmp_path / "c.json"
     config.write_text('{"observations": 33}', encoding="utf-8")
-    code = main(FitProjectile, ["--config", str(config), "--out", str(tmp_path / "o2")])
-    err = capsys.readouterr().err
+    code, _, err = run_problem(FitProjectile, [str(config), "--out", str(tmp_path / "o2")], capsys)
     assert code == 2
     assert err.splitlines() == ["error: config duration / dt = 1000 steps must be a whole multiple of observations=33 "
                                 "(duration 5 s, dt 0.005 s)"]

@@ -8,6 +8,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import tomllib
 
 import numpy as np
 import pytest
@@ -16,13 +17,14 @@ import sopt
 from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
 from sopt.problems.fitting import ConfigError, ScaledParameter, load_config, rel_error, run
 from sopt.sim import Projectile, rollout
-from tests.problems.runs import Interrupt, records, run_cli
+from tests.problems.runs import Interrupt, records, run_cli, run_problem
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    return run_cli(FitProjectile, argv, capsys)
+    """``sopt run --problem fit_projectile ARGV`` in this process."""
+    return run_problem(FitProjectile, argv, capsys)
 
 
 # -- config errors -------------------------------------------------------------------------------------------------
@@ -55,7 +57,7 @@ def test_a_malformed_config_is_one_error_line_with_exit_2_and_nothing_written(te
     config = tmp_path / "config.json"
     config.write_text(text, encoding="utf-8")
     out = tmp_path / "out"
-    code, stdout, stderr = cli(["--config", str(config), "--out", str(out), "--no-progress"], capsys)
+    code, stdout, stderr = cli([str(config), "--out", str(out), "--no-progress"], capsys)
     assert code == 2
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
@@ -67,22 +69,24 @@ def test_a_malformed_config_is_one_error_line_with_exit_2_and_nothing_written(te
 def test_two_problems_give_two_lines(tmp_path, capsys):
     config = tmp_path / "c.json"
     config.write_text('{"steps": 0, "true": {"speed": 50}}', encoding="utf-8")
-    code, _, stderr = cli(["--config", str(config), "--out", str(tmp_path / "o")], capsys)
+    code, _, stderr = cli([str(config), "--out", str(tmp_path / "o")], capsys)
     lines = stderr.splitlines()
     assert code == 2 and len(lines) == 2
-    assert lines[0].startswith("error: config true.speed = 50: must be less than or equal to 20")
-    assert lines[1].startswith("error: config steps = 0: must be greater than or equal to 1")
+    # in the schema's field order: the keys every problem has (steps) before the problem's own (true)
+    assert lines[0].startswith("error: config steps = 0: must be greater than or equal to 1")
+    assert lines[1].startswith("error: config true.speed = 50: must be less than or equal to 20")
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--steps", "abc"], "error: argument --steps: invalid int value: 'abc'"),
-    (["--steps", "0"], "error: config steps = 0: must be greater than or equal to 1"),
-    (["--config", "/nonexistent/c.json"], "error: config file '/nonexistent/c.json' does not exist"),
-    (["--resume", "x", "--steps", "5"], "error: --resume continues a run with its own config and folder; drop --steps"),
-    (["--bogus"], "error: unrecognized arguments: --bogus"),
+    (["run", "--problem", "fit_projectile", "steps=abc"], "error: config steps = 'abc': must be a valid integer"),
+    (["run", "--problem", "fit_projectile", "steps=0"], "error: config steps = 0: must be greater than or equal to 1"),
+    (["run", "--problem", "fit_projectile", "/nonexistent/c.json"],
+     "error: config file '/nonexistent/c.json' does not exist"),
+    (["resume", "x", "steps=5"], "error: unrecognized arguments: steps=5"),   # a run resumes with its own config
+    (["run", "--problem", "fit_projectile", "--bogus"], "error: unrecognized arguments: --bogus"),
 ])
 def test_bad_command_lines_are_one_line(argv, expected, capsys):
-    code, _, stderr = cli(argv, capsys)
+    code, _, stderr = run_cli(argv, capsys)
     assert code == 2
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(expected), stderr
@@ -92,7 +96,7 @@ def test_the_command_prints_no_traceback(tmp_path):
     """The real process: exit status 2, one stderr line, no traceback."""
     config = tmp_path / "c.json"
     config.write_text('{"optimizer": {"otype": "Adam", "learning_rate": "0.1"}}', encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "sopt.problems.fit_projectile", "--config", str(config), "--out",
+    proc = subprocess.run([sys.executable, "-m", "sopt.problems.fit_projectile", str(config), "--out",
                            str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["error: config optimizer.learning_rate = '0.1': must be a valid number "
@@ -124,10 +128,10 @@ def test_a_non_empty_out_folder_is_refused_and_left_alone(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("user data", encoding="utf-8")
-    code, _, stderr = cli(["--out", str(out), "--steps", "2", "--no-progress"], capsys)
+    code, _, stderr = cli(["--out", str(out), "steps=2", "--no-progress"], capsys)
     assert code == 2
-    assert stderr.splitlines() == [f"error: --out {str(out)!r} is not empty; use --resume {str(out)!r} to continue the "
-                                   "run there, or name a new folder (nothing is overwritten)"]
+    assert stderr.splitlines() == [f"error: --out {str(out)!r} already exists and is not empty (nothing is "
+                                   "overwritten); name a new folder"]
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
     assert (out / "mine.txt").read_text(encoding="utf-8") == "user data"
 
@@ -135,13 +139,13 @@ def test_a_non_empty_out_folder_is_refused_and_left_alone(tmp_path, capsys):
 def test_an_out_path_that_is_a_file_is_refused(tmp_path, capsys):
     out = tmp_path / "file"
     out.write_text("x", encoding="utf-8")
-    code, _, stderr = cli(["--out", str(out), "--steps", "2"], capsys)
+    code, _, stderr = cli(["--out", str(out), "steps=2"], capsys)
     assert code == 2 and "is a file, not a folder" in stderr and out.read_text(encoding="utf-8") == "x"
 
 
 def test_resume_needs_an_unfinished_run(tmp_path, capsys):
-    code, _, stderr = cli(["--resume", str(tmp_path)], capsys)
-    assert code == 2 and "holds no run to continue (no config.json)" in stderr
+    code, _, stderr = run_cli(["resume", str(tmp_path)], capsys)
+    assert code == 2 and stderr == f"error: {str(tmp_path)!r} holds no run to resume (no config.toml)\n"
 
 
 # -- ScaledParameter -----------------------------------------------------------------------------------------------
@@ -244,15 +248,15 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     config_file = tmp_path / "small.json"
     config_file.write_text(json.dumps(SMALL), encoding="utf-8")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    code, stdout, _ = cli(["--config", str(config_file), "--out", str(whole), "--no-progress"], capsys)
-    assert code == 0 and "result: " in stdout
+    code, stdout, _ = cli([str(config_file), "--out", str(whole), "--no-progress"], capsys)
+    assert code == 0 and "finished 40 steps" in stdout and "rel_error/drag" in stdout
 
     config = load_config(ProjectileConfig, config_file)
     with pytest.raises(KeyboardInterrupt):
         run(FitProjectile, config, cut, progress=False, callbacks=[Interrupt(35)])
     assert not (cut / "result.json").exists()
     assert [r["step"] for r in records(cut / "metrics.jsonl")][-2:] == [30, 35]
-    code, stdout, stderr = cli(["--resume", str(cut), "--no-progress"], capsys)
+    code, stdout, stderr = run_cli(["resume", str(cut), "--no-progress"], capsys)
     assert code == 0, stderr
 
     assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
@@ -260,8 +264,8 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     assert set(result) == {"true", "fitted", "rel_error", "loss", "steps"} and result["steps"] == 40
     assert set(result["fitted"]) == {"drag", "restitution", "speed", "angle"}
     assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
-    assert json.loads((cut / "config.json").read_text()) == json.loads((whole / "config.json").read_text())
+    assert tomllib.loads((cut / "config.toml").read_text()) == tomllib.loads((whole / "config.toml").read_text())
     for name in ("curves.png", "trajectories.png", "checkpoint.npz"):
         assert (cut / name).stat().st_size > 1000
-    code, _, stderr = cli(["--resume", str(cut)], capsys)
-    assert code == 2 and "holds a finished run" in stderr
+    code, _, stderr = run_cli(["resume", str(cut)], capsys)
+    assert code == 2 and stderr == f"error: the run in {str(cut)!r} has finished (40 steps); nothing to resume\n"

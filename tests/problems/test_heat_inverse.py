@@ -18,7 +18,7 @@ from sopt.problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
 from tests.sim.fields_reference import central_fd, diffusion_rollout
-from tests.problems.runs import Interrupt, records, run_cli
+from tests.problems.runs import Interrupt, records, run_cli, run_problem
 
 # an 8 x 8 plate, 12 simulation steps, 4 observations: for the tests of the mechanics (not of recovery)
 TINY = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 0.96, "observations": 4, "steps": 6,
@@ -26,7 +26,8 @@ TINY = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 0.96,
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    return run_cli(HeatInverse, argv, capsys)
+    """``sopt run --problem heat_inverse ARGV`` in this process."""
+    return run_problem(HeatInverse, argv, capsys)
 
 
 # -- kernels -------------------------------------------------------------------------------------------------------
@@ -157,11 +158,11 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     config_file = tmp_path / "tiny.json"
     config_file.write_text(json.dumps({**TINY, "noise_std": 0.01}), encoding="utf-8")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    code, _, stderr = cli(["--config", str(config_file), "--out", str(whole), "--no-progress"], capsys)
+    code, _, stderr = cli([str(config_file), "--out", str(whole), "--no-progress"], capsys)
     assert code == 0, stderr
     with pytest.raises(KeyboardInterrupt):
         run(HeatInverse, load_config(HeatConfig, config_file), cut, progress=False, callbacks=[Interrupt(4)])
-    code, _, stderr = cli(["--resume", str(cut), "--no-progress"], capsys)
+    code, _, stderr = run_cli(["resume", str(cut), "--no-progress"], capsys)
     assert code == 0, stderr
     assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
     assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
@@ -182,7 +183,7 @@ BAD = [
 def test_a_bad_config_is_one_error_line_and_nothing_is_written(override, expected, tmp_path, capsys):
     config_file = tmp_path / "bad.json"
     config_file.write_text(json.dumps(override), encoding="utf-8")
-    code, _, stderr = cli(["--config", str(config_file), "--out", str(tmp_path / "out")], capsys)
+    code, _, stderr = cli([str(config_file), "--out", str(tmp_path / "out")], capsys)
     assert code == 2
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: config") and expected in lines[0], lines

@@ -68,7 +68,7 @@ def test_noisy_fit_resumed_equals_uninterrupted_and_reports_its_error(tmp_path: 
     assert np.all(np.abs(fitted - true) < 4 * std + 1e-3), (fitted, true, std)
     assert 0 < std.max() < 0.05
     assert any("1-sigma" in line for line in problem.summary())
-    for name in ("orbits.png", "masses.png", "curves.png", "result.json", "config.json", "checkpoint.npz"):
+    for name in ("orbits.png", "masses.png", "curves.png", "result.json", "config.toml", "checkpoint.npz"):
         assert (tmp_path / "whole" / name).stat().st_size > 0
     records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "step" in r and "loss" in r] == [10, 20, 30, 40]

@@ -112,7 +112,7 @@ def test_training_walks_farther(tmp_path: pathlib.Path) -> None:
     assert after > max(3 * abs(before), 0.05), (before, after)
     assert out.result["loss"] == pytest.approx(-after, abs=1e-6)
     assert out.result["true"] == {} and out.result["rel_error"] == {}
-    for name in ("gait.png", "gait.gif", "curves.png", "metrics.jsonl", "checkpoint.npz", "config.json"):
+    for name in ("gait.png", "gait.gif", "curves.png", "metrics.jsonl", "checkpoint.npz", "config.toml"):
         assert (tmp_path / name).stat().st_size > 0
     from PIL import Image
     with Image.open(tmp_path / "gait.gif") as gif:
