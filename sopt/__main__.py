@@ -1,7 +1,5 @@
 """``python -m sopt ...``: the ``sopt`` command (sopt.experiments.cli)."""
 
-import sys
+from sopt.experiments.cli import entry_point
 
-from sopt.experiments.cli import main
-
-sys.exit(main())
+entry_point()
