@@ -35,8 +35,13 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name in _NAMES:
         value = getattr(importlib.import_module(_NAMES[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"sopt.{name}")
+    elif not name.startswith("__"):
+        try:   # any submodule, as an eager `import sopt` made sopt.device, sopt.tape, ... available
+            value = importlib.import_module(f"sopt.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"sopt.{name}":
+                raise
+            raise AttributeError(f"module 'sopt' has no attribute {name!r}") from None
     else:
         raise AttributeError(f"module 'sopt' has no attribute {name!r}")
     globals()[name] = value

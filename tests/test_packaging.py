@@ -37,3 +37,24 @@ def test_installed_package_runs_from_another_folder(tmp_path):
     r = subprocess.run([sys.executable, "-c", CODE], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("ok")
+
+
+def test_installed_sopt_command_runs_a_problem_from_another_folder(tmp_path):
+    """The problems (with their own .slang files) are in the wheel: `python -m sopt run` works outside the tree."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and pathlib.Path(p).resolve() != REPO]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    where = subprocess.run([sys.executable, "-c", "import sopt.problems; print(sopt.problems.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    if where.returncode != 0:
+        pytest.skip("sopt (with its problems) is not pip-installed here (run `pip install .` to check packaging)")
+    if REPO in pathlib.Path(where.stdout.strip()).resolve().parents:
+        pytest.skip("sopt is installed in editable mode; this test checks a regular install")
+    r = subprocess.run([sys.executable, "-m", "sopt", "run", "--problem", "fit_projectile", "steps=3", "multi_start=1",
+                        "log_every=1", "--out", "run", "--no-progress"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "finished 3 steps" in r.stdout, r.stdout
+    for name in ("config.toml", "summary.json", "result.json", "trajectories.png"):
+        assert (tmp_path / "run" / name).is_file(), name

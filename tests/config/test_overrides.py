@@ -122,8 +122,9 @@ def test_a_key_that_must_exist_or_must_not_is_one_line(text, expected):
 def test_complete_fills_an_otype_change_with_that_otypes_defaults():
     base = merge(defaults(ProjectileConfig), {})
     switched = complete(ProjectileConfig, apply_overrides(base, ["optimizer.otype=SGD"]))
-    assert switched["optimizer"] == {"otype": "SGD", "learning_rate": 0.01, "momentum": 0.0, "nesterov": False,
-                                     "weight_decay": 0.0, "max_grad_norm": None}
+    from sopt.optim import SGDConfig
+    assert switched["optimizer"] == SGDConfig().model_dump(mode="json")   # SGD's own defaults, not Adam's lr 0.1
+    assert switched["optimizer"]["learning_rate"] == 0.01 and switched["optimizer"]["momentum"] == 0.0
     tuned = apply_overrides(switched, ["optimizer.momentum=0.9", "optimizer.nesterov=true"])   # its keys exist now
     assert validate(ProjectileConfig, tuned).optimizer.momentum == 0.9
     # back to the problem's own otype: the problem's defaults (fit_projectile's Adam runs at 0.1, Adam's own is 0.05)
