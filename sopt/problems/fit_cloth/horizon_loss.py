@@ -13,6 +13,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt.problems.fit_cloth.kernels import function
+from sopt.problems.fitting.horizon import horizon_fraction
 from sopt import tape as tp
 from sopt.nn.kernels import launch
 
@@ -60,8 +61,6 @@ class HorizonLoss:
 def horizon(step: int, steps: int, observations: int, start: float, ramp: float) -> int:
     """Observations the loss of optimiser step ``step`` sees: ceil(fraction * observations) with fraction =
     ``start`` at step 0, growing linearly to 1 at ``ramp`` x ``steps`` (then all of them)."""
-    span = ramp * steps
-    progress = 1.0 if span <= 0 else min(1.0, step / span)
-    fraction = start + (1.0 - start) * progress
+    fraction = horizon_fraction(step, steps, start, ramp)
     return max(1, min(observations, int(np.ceil(fraction * observations - 1e-9))))
 

@@ -46,6 +46,7 @@ from pydantic import Field
 import sopt
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
 from sopt.problems.fitting.config import AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineSchedule
+from sopt.problems.fitting.horizon import horizon_fraction
 from sopt.problems.fitting.problem import START_STREAM, Value, rel_error
 from sopt.sim import Projectile, State, rollout
 from sopt.tape import Tape
@@ -199,9 +200,7 @@ class FitProjectile(FittingProblem):
         growing linearly to the whole duration at ``horizon_ramp`` x steps (then all of it). Fitting the launch
         before the bounces keeps the fit out of the local minima that mismatched bounce times make."""
         cfg = self.config
-        ramp = cfg.horizon_ramp * cfg.steps
-        progress = 1.0 if ramp <= 0 else min(1.0, step / ramp)
-        fraction = cfg.horizon_start + (1.0 - cfg.horizon_start) * progress
+        fraction = horizon_fraction(step, cfg.steps, cfg.horizon_start, cfg.horizon_ramp)
         # a hair above the last observation time at the end, so float32 rounding drops none
         return float(fraction * cfg.duration * (1.0 + 1e-6))
 
