@@ -150,6 +150,17 @@ def _time_phases(without_torch: bool, problem: str, overrides: list[str], folder
     return phases
 
 
+# The floor below sopt: SlangPy alone, from launch to an open device (torch marked unavailable, as sopt run does).
+_FLOOR = """
+import sys, time
+t0 = time.perf_counter()
+sys.modules["torch"] = None
+import slangpy as spy
+kind = {"cuda": spy.DeviceType.cuda, "vulkan": spy.DeviceType.vulkan}.get(sys.argv[1], spy.DeviceType.automatic)
+spy.Device(type=kind, enable_hot_reload=False)
+"""
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     return {"median_s": statistics.median(values), "min_s": min(values), "all_s": values}
 
@@ -165,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", action="store_true", help="also time each phase of the start-up")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for one run's first step")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    parser.add_argument("--floor", action="store_true", help="also time SlangPy alone: launch, import slangpy, "
+                        "open the device (the floor no sopt code can go below)")
     args = parser.parse_args(argv)
     overrides = [*args.override, "steps=100000", "checkpoint_every=100000"]   # never ends on its own
 
@@ -182,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {"python": _stats(python), "import": _stats(imports),
                              "first step starts": _stats([r[0] for r in runs]),
                              "first step done": _stats([r[1] for r in runs])}
+            if args.floor and not without_torch:
+                kind = os.environ.get("SOPT_DEVICE", "auto")
+                floor = [_time_command([sys.executable, "-c", _FLOOR, kind]) for _ in range(args.runs)]
+                results[name]["slangpy alone to an open device"] = _stats(floor)
             if args.phases:
                 timed = [_time_phases(without_torch, args.problem, overrides, folder, args.timeout)
                          for _ in range(args.runs)]
