@@ -115,9 +115,17 @@ def read_summary(run_dir: pathlib.Path) -> dict[str, Any]:
         return {}
 
 
-def pid_alive(pid: Any) -> bool:
-    """Whether process ``pid`` runs on this host (a run's summary names its process)."""
-    if not isinstance(pid, int) or pid <= 0:
+def run_alive(run_dir: pathlib.Path, pid: Any) -> bool:
+    """Whether the run in ``run_dir`` still has a live process: ``pid`` (its summary's) runs on this host, which is
+    the run's (env.json names it; a run of another host cannot be checked from here and counts as not running), and
+    is not this process."""
+    try:
+        host = json.loads((run_dir / ENV_FILE).read_text(encoding="utf-8")).get("host")
+    except (OSError, ValueError, AttributeError):
+        host = None
+    if host is not None and host != socket.gethostname():
+        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)

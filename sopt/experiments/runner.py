@@ -32,7 +32,7 @@ from sopt.config.files import dumps_toml, write_atomic
 from sopt.experiments.problem import Problem, ProblemConfig
 from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, METRICS_FILE,
                                       OVERRIDES_FILE, SUMMARY_FILE, RunDirError, environment, now_iso,
-                                      pid_alive, read_summary, write_json)
+                                      read_summary, run_alive, write_json)
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
 
 INTERRUPTED = "interrupted"
@@ -153,7 +153,7 @@ def check_resumable(run_dir: pathlib.Path) -> dict[str, Any]:
     if status == "finished":
         raise RunDirError(f"the run in {str(run_dir)!r} has finished ({summary.get('steps')} steps); nothing to "
                           "resume")
-    if status == "running" and summary.get("pid") != os.getpid() and pid_alive(summary.get("pid")):
+    if status == "running" and run_alive(run_dir, summary.get("pid")):
         raise RunDirError(f"the run in {str(run_dir)!r} is still running (process {summary.get('pid')}); stop it "
                           "first (Ctrl-C or kill, which checkpoints)")
     return summary

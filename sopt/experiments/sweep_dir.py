@@ -24,8 +24,9 @@ import json
 import math
 import os
 import pathlib
-import socket
 from typing import Any
+
+from sopt.experiments.run_dir import run_alive
 
 STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
 SWEEP_FILE = "sweep.json"
@@ -210,25 +211,6 @@ def _move_aside(run_dir: pathlib.Path) -> pathlib.Path:
     return target
 
 
-def _alive_here(run_dir: pathlib.Path, pid: Any) -> bool:
-    """Whether the run's process ``pid`` still runs on this host (env.json names the run's host)."""
-    try:
-        host = json.loads((run_dir / "env.json").read_text(encoding="utf-8")).get("host")
-    except (OSError, ValueError, AttributeError):
-        host = None
-    if host is not None and host != socket.gethostname():
-        return False
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def start_action(sweep: SweepDir, trial: Trial, retry_failed: bool) -> str | None:
     """What starting ``trial`` takes: "run" (a new run into its directory), "resume" (``sopt resume`` of its
     interrupted run) or None (nothing: its run directory shows it already finished or failed, or its process
@@ -250,7 +232,7 @@ def start_action(sweep: SweepDir, trial: Trial, retry_failed: bool) -> str | Non
             trial.error = " ".join(str(summary.get("error") or "the run failed").split())
             if not retry_failed:
                 return None
-        elif status == "running" and _alive_here(run_dir, summary.get("pid")):
+        elif status == "running" and run_alive(run_dir, summary.get("pid")):
             # an earlier sweep process was killed and left this trial running: leave it to finish
             trial.status = "running"
             trial.error = (f"still running (process {summary.get('pid')}) from an earlier sweep process; "
