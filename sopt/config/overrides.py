@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import re
 import tomllib
 from typing import Any, Literal
@@ -38,18 +39,27 @@ class Override:
         return ".".join(self.key)
 
 
-def parse_value(text: str, where: str) -> Any:
-    """The TOML literal ``text`` (a bare word: that string); ConfigError naming ``where`` otherwise."""
+def parse_literal(text: str) -> Any:
+    """The TOML literal ``text`` (a bare word that is none: that string): the value grammar of overrides and of
+    sweep axes. ValueError saying why otherwise (no TOML literal nor bare word, or a non-finite number)."""
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         if _BARE.match(text):
             return text
-        raise ConfigError([f"override {where}: value {text!r} is not a TOML literal (numbers, true/false, "
-                           "\"strings\", [arrays], {tables}) nor a bare word"]) from None
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError([f"override {where}: value {text!r} must be a finite number"])
+        raise ValueError(f"value {text!r} is not a TOML literal (numbers, true/false, \"strings\", [arrays], "
+                         "{tables}) nor a bare word") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"value {text!r} must be a finite number")
     return value
+
+
+def parse_value(text: str, where: str) -> Any:
+    """The TOML literal ``text`` (a bare word: that string); ConfigError naming ``where`` otherwise."""
+    try:
+        return parse_literal(text)
+    except ValueError as exc:
+        raise ConfigError([f"override {where}: {exc}"]) from None
 
 
 def parse_override(text: str) -> Override:

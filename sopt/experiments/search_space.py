@@ -23,14 +23,14 @@ import json
 import math
 import random
 import re
-import tomllib
 from typing import Any, Sequence
+
+from sopt.config.overrides import parse_literal
 
 SPACE_FUNCTIONS = ("range", "uniform", "loguniform", "choice")
 _FUNCTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.DOTALL)
 _KEY = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$")
 _BARE_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")      # written without quotes
-_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")      # read as a string (as sopt.config.overrides)
 
 
 class SpaceError(ValueError):
@@ -109,15 +109,9 @@ def parse_value(text: str, where: str) -> Any:
     if not text:
         raise SpaceError(f"{where}: empty value; give a TOML literal or a bare word (a string as \"\")")
     try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        if _BARE_WORD.match(text):
-            return text
-        raise SpaceError(f"{where}: {text!r} is not a TOML literal (numbers, true/false, \"strings\", [arrays]) "
-                         f"nor a bare word") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SpaceError(f"{where}: {text!r} must be a finite number")
-    return value
+        return parse_literal(text)
+    except ValueError as exc:
+        raise SpaceError(f"{where}: {exc}") from None
 
 
 def format_value(value: Any, bare: bool = True) -> str:
