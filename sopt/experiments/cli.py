@@ -29,7 +29,7 @@ from sopt.config.schema import ConfigError
 DEFAULT_ROOT = "runs"
 
 
-class _Parser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
     """argparse whose usage errors are one ``error: ...`` line with exit status 2, like config errors."""
 
     def error(self, message: str) -> NoReturn:
@@ -93,7 +93,7 @@ def _print_outcome(outcome: Any) -> int:
 
 
 def cmd_run(argv: list[str]) -> int:
-    parser = _Parser(prog="sopt run", description="Run a problem from a config file (TOML or JSON) with overrides.",
+    parser = CommandParser(prog="sopt run", description="Run a problem from a config file (TOML or JSON) with overrides.",
                      epilog="Overrides (Hydra grammar): a.b=VALUE changes a key, +a.b=VALUE adds one, ~a.b removes "
                             "one (its default applies); VALUE is a TOML literal (0.1, true, \"text\", [1, 2]) or "
                             "a bare word (SGD). Example: sopt run fit.toml optimizer.learning_rate=0.05 steps=200")
@@ -119,7 +119,7 @@ def cmd_run(argv: list[str]) -> int:
     try:
         cls, config = load_run_config(config_path, args.problem, words)
         if args.out is not None:   # checked before the problem is built (minutes of data making for nothing)
-            _check_out(args.out)
+            rd.check_out_dir(args.out)
         import sopt
         device = sopt.get_device()
         problem = cls(config)
@@ -135,21 +135,13 @@ def cmd_run(argv: list[str]) -> int:
     return _print_outcome(outcome)
 
 
-def _check_out(out: str) -> None:
-    from sopt.experiments.run_dir import claim_out_dir
-    path = pathlib.Path(out)
-    if out.strip() == "" or path.is_file() or (path.is_dir() and any(path.iterdir())) or any(
-            p.exists() and not p.is_dir() for p in path.parents):
-        claim_out_dir(out)   # raises the reason
-
-
 def sopt_device_error() -> type[BaseException]:
     from sopt.device import DeviceUnavailableError
     return DeviceUnavailableError
 
 
 def cmd_resume(argv: list[str]) -> int:
-    parser = _Parser(prog="sopt resume", description="Continue an interrupted (or killed) run to its end.")
+    parser = CommandParser(prog="sopt resume", description="Continue an interrupted (or killed) run to its end.")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -177,7 +169,7 @@ def cmd_resume(argv: list[str]) -> int:
 
 
 def cmd_problems(argv: list[str]) -> int:
-    _Parser(prog="sopt problems", description="List the problems sopt run knows.").parse_args(argv)
+    CommandParser(prog="sopt problems", description="List the problems sopt run knows.").parse_args(argv)
     from sopt.problems import PROBLEMS
     width = max(len(n) for n in PROBLEMS)
     for name, (_, _, line) in PROBLEMS.items():
@@ -186,7 +178,7 @@ def cmd_problems(argv: list[str]) -> int:
 
 
 def cmd_config(argv: list[str]) -> int:
-    parser = _Parser(prog="sopt config", description="Print PROBLEM's complete default config (TOML), every key "
+    parser = CommandParser(prog="sopt config", description="Print PROBLEM's complete default config (TOML), every key "
                      "documented; sopt run accepts it as it is.")
     parser.add_argument("problem", metavar="PROBLEM")
     parser.add_argument("--json", action="store_true", help="plain JSON instead of documented TOML")

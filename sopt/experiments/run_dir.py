@@ -48,9 +48,10 @@ def new_run_dir(root: str | os.PathLike[str], problem: str, config_text: str) ->
     raise RunDirError(f"could not create a new run folder under {str(base)!r}")
 
 
-def claim_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
-    """``out`` created (or an existing empty folder) for a new run; RunDirError for an empty name, a file, a
-    folder under a file or a folder that already holds something (nothing is overwritten)."""
+def check_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
+    """``out`` as a path if a new run may go there (it does not exist, or is an empty folder), without creating
+    anything; RunDirError for an empty name, a file, a folder under a file or a folder that already holds
+    something (nothing is overwritten)."""
     text = os.fspath(out)
     if text.strip() == "":
         raise RunDirError("--out '' is empty; name a new folder")
@@ -64,10 +65,16 @@ def claim_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise RunDirError(f"--out {text!r}: {str(parent)!r} is a file, so no folder can be made under it")
+    return path
+
+
+def claim_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
+    """``out`` checked (:func:`check_out_dir`) and created for a new run."""
+    path = check_out_dir(out)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RunDirError(f"--out {text!r} cannot be created: {exc.strerror or exc}") from None
+        raise RunDirError(f"--out {os.fspath(out)!r} cannot be created: {exc.strerror or exc}") from None
     return path
 
 
@@ -113,6 +120,24 @@ def read_summary(run_dir: pathlib.Path) -> dict[str, Any]:
         return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def read_metrics(path: pathlib.Path) -> list[dict[str, Any]]:
+    """The metrics records of a metrics.jsonl (one JSON object per line with a ``step``): events, and a line that
+    is no such object (the partial last line of a killed run), left out; [] when the file is missing."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "event" not in record and "step" in record:
+            records.append(record)
+    return records
 
 
 def run_alive(run_dir: pathlib.Path, pid: Any) -> bool:

@@ -21,6 +21,8 @@ import pathlib
 import tomllib
 from typing import Any
 
+from sopt.experiments.run_dir import read_metrics
+
 # Files that make a folder a run directory or a sweep directory.
 RUN_MARKERS = ("summary.json", "config.toml")
 SWEEP_MARKER = "sweep.json"
@@ -108,24 +110,6 @@ def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[dotted] = value
     return out
-
-
-def read_metrics(path: pathlib.Path) -> list[dict[str, Any]]:
-    """The metrics records of a metrics.jsonl (one JSON object per line), events left out. A missing file gives
-    []; a line that is no JSON object (a partial last line of a killed run) is skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "event" not in record:
-            records.append(record)
-    return records
 
 
 def _final_metrics(raw: Any) -> dict[str, float]:

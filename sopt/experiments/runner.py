@@ -32,7 +32,7 @@ from sopt.config.files import dumps_toml, write_atomic
 from sopt.experiments.problem import Problem, ProblemConfig
 from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, METRICS_FILE,
                                       OVERRIDES_FILE, SUMMARY_FILE, RunDirError, environment, now_iso,
-                                      read_summary, run_alive, write_json)
+                                      read_metrics, read_summary, run_alive, write_json)
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
 
 INTERRUPTED = "interrupted"
@@ -56,21 +56,6 @@ def _numbers(record: dict[str, Any]) -> dict[str, float]:
     """The finite numbers of a metrics record (lists and strings left out): what summary.json keeps."""
     return {k: float(v) for k, v in record.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
-
-
-def read_metrics(path: pathlib.Path) -> list[dict[str, Any]]:
-    """The metrics records of ``metrics.jsonl`` (event records and a half-written last line left out)."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue   # a line a killed run left half written
-        if isinstance(record, dict) and "event" not in record and "step" in record:
-            records.append(record)
-    return records
 
 
 def _truncate_metrics(path: pathlib.Path, step: int, at_step: dict[str, Any] | None) -> None:

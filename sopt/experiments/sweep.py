@@ -20,10 +20,11 @@ import re
 import shlex
 import sys
 import tomllib
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
 from sopt.experiments.local_executor import LocalExecutor, TrialCommand
 from sopt.experiments.prune import make_pruner
+from sopt.experiments.cli import CommandParser
 from sopt.experiments.search_space import SearchSpace, SpaceError, format_value, parse_space, parse_value
 from sopt.experiments.sweep_dir import SweepDir, Trial, sweep_hash
 
@@ -76,13 +77,6 @@ class _UsageError(Exception):
     """A usage, space or config-file error: one line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are one ``error: ...`` line (exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see sopt sweep --help)\n")
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -124,7 +118,7 @@ def _gpu_list(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sopt sweep``."""
-    p = _Parser(prog="sopt sweep", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="sopt sweep", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", metavar="CONFIG", help="the config file (TOML or JSON) every trial runs")
     p.add_argument("tokens", nargs="*", metavar="KEY=VALUE",
                    help="sweep axes (KEY=SPACE) and overrides given to every trial (KEY=VALUE, +KEY=VALUE, ~KEY)")

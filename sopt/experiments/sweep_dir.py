@@ -26,6 +26,7 @@ import os
 import pathlib
 from typing import Any
 
+from sopt.config.files import write_atomic
 from sopt.experiments.run_dir import run_alive
 
 STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
@@ -41,15 +42,9 @@ def sweep_hash(config_text: str, base_overrides: list[str], space: dict[str, str
 
 
 def write_json_atomic(path: pathlib.Path, data: Any) -> None:
-    """``data`` as JSON into ``path``: written to a temporary file, flushed to disk, then renamed over ``path``
-    (a reader sees the old or the new file, never a part)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``data`` as JSON into ``path``, atomically (sopt.config.files.write_atomic: a reader sees the old or the new
+    file, never a part)."""
+    write_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
 def _json_safe(value: Any) -> Any:

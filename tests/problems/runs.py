@@ -47,3 +47,19 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
 def run_problem(problem: type, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     """``sopt run --problem NAME ARGV`` in this process (a config file in ``argv`` needs no ``problem`` key)."""
     return run_cli(["run", "--problem", problem.name, *argv], capsys)
+
+
+def assert_resume_equals_uninterrupted(problem: type, config_file: pathlib.Path, tmp_path: pathlib.Path,
+                                       capsys: pytest.CaptureFixture, at: int) -> None:
+    """``config_file`` run whole with ``sopt run``, and run again stopped on metrics step ``at`` (an exception, as a
+    crash) then finished with ``sopt resume``: the same result.json text and metrics records."""
+    from sopt.problems.fitting import load_config, run
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    code, _, stderr = run_problem(problem, [str(config_file), "--out", str(whole), "--no-progress"], capsys)
+    assert code == 0, stderr
+    with pytest.raises(KeyboardInterrupt):
+        run(problem, load_config(problem.schema, config_file), cut, progress=False, callbacks=[Interrupt(at)])
+    code, _, stderr = run_cli(["resume", str(cut), "--no-progress"], capsys)
+    assert code == 0, stderr
+    assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
+    assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")

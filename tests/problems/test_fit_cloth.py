@@ -18,7 +18,7 @@ from sopt.problems.fitting import load_config, run
 from sopt.sim import SpringSystem
 from tests.sim.fields_reference import central_fd
 from tests.sim.spring_system_reference import SpringParams, step as reference_step
-from tests.problems.runs import Interrupt, records, run_cli, run_problem
+from tests.problems.runs import assert_resume_equals_uninterrupted, records, run_problem
 
 # a 4 x 4 cloth, 30 steps, 3 observations: for the tests of the mechanics (not of recovery)
 TINY = {"nx": 4, "ny": 4, "duration": 0.09, "observations": 3, "steps": 6, "log_every": 2, "checkpoint_every": 3}
@@ -167,15 +167,7 @@ def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys):
     config_file = tmp_path / "tiny.json"
     config_file.write_text(json.dumps({**TINY, "noise_std": 0.001}), encoding="utf-8")
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    code, _, stderr = cli([str(config_file), "--out", str(whole), "--no-progress"], capsys)
-    assert code == 0, stderr
-    with pytest.raises(KeyboardInterrupt):
-        run(FitCloth, load_config(ClothConfig, config_file), cut, progress=False, callbacks=[Interrupt(4)])
-    code, _, stderr = run_cli(["resume", str(cut), "--no-progress"], capsys)
-    assert code == 0, stderr
-    assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
-    assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
+    assert_resume_equals_uninterrupted(FitCloth, config_file, tmp_path, capsys, at=4)
 
 
 BAD = [

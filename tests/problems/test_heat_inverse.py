@@ -18,7 +18,7 @@ from sopt.problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
 from tests.sim.fields_reference import central_fd, diffusion_rollout
-from tests.problems.runs import Interrupt, records, run_cli, run_problem
+from tests.problems.runs import assert_resume_equals_uninterrupted, records, run_problem
 
 # an 8 x 8 plate, 12 simulation steps, 4 observations: for the tests of the mechanics (not of recovery)
 TINY = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 0.96, "observations": 4, "steps": 6,
@@ -157,15 +157,7 @@ def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys):
     config_file = tmp_path / "tiny.json"
     config_file.write_text(json.dumps({**TINY, "noise_std": 0.01}), encoding="utf-8")
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    code, _, stderr = cli([str(config_file), "--out", str(whole), "--no-progress"], capsys)
-    assert code == 0, stderr
-    with pytest.raises(KeyboardInterrupt):
-        run(HeatInverse, load_config(HeatConfig, config_file), cut, progress=False, callbacks=[Interrupt(4)])
-    code, _, stderr = run_cli(["resume", str(cut), "--no-progress"], capsys)
-    assert code == 0, stderr
-    assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
-    assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
+    assert_resume_equals_uninterrupted(HeatInverse, config_file, tmp_path, capsys, at=4)
 
 
 BAD = [

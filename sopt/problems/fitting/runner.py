@@ -34,7 +34,7 @@ import numpy as np
 
 from sopt.config.registry import build
 from sopt.experiments import runner
-from sopt.experiments.run_dir import CONFIG_FILE, RunDirError, claim_out_dir
+from sopt.experiments.run_dir import CONFIG_FILE, RunDirError, check_out_dir, claim_out_dir, write_json
 from sopt.experiments.runner import RunOutcome
 from sopt.problems.fitting.config import FitConfig, load_config
 from sopt.problems.fitting.plot import plot_history
@@ -90,13 +90,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: pathlib.Path, data: Any) -> None:
-    """``data`` as indented JSON at ``path``, written to a temporary file and renamed (never half written)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_jsonable(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def build_training(config: FitConfig, params: list[Any]) -> tuple[Any, Any]:
     """The optimiser over ``params`` and the learning-rate schedule that ``config`` names (sopt.config.registry)."""
     optimizer = build("optimizer", config.optimizer, params)
@@ -110,7 +103,7 @@ def write_result(problem: FittingProblem, out: pathlib.Path, history: list[dict[
     result = {"true": truth, "fitted": fitted,
               "rel_error": {name: rel_error(fitted[name], truth[name]) for name in truth if name in fitted},
               "loss": loss, "steps": problem.config.steps}
-    write_json(out / RESULT_FILE, result)
+    write_json(out / RESULT_FILE, _jsonable(result))
     plot_history(history, truth, problem.units(), out / CURVES_FILE, title=problem.name)
     problem.plot(out, history)
     return json.loads(json.dumps(_jsonable(result)))
@@ -132,9 +125,7 @@ def run(problem_cls: type[FittingProblem], config: FitConfig, out_dir: str | os.
     file is written), sopt.train.NonFiniteError when the fit diverges."""
     if not isinstance(config, problem_cls.schema):
         raise ValueError(f"run: config must be a {problem_cls.schema.__name__}, got {type(config).__name__}")
-    if os.fspath(out_dir).strip() == "" or pathlib.Path(out_dir).is_file() or (
-            pathlib.Path(out_dir).is_dir() and any(pathlib.Path(out_dir).iterdir())):
-        claim_out_dir(out_dir)   # raises the right RunDirError before the problem is built
+    check_out_dir(out_dir)   # before the problem is built (its data can take minutes)
     problem = problem_cls(config)    # builds the simulator and the data: any ValueError before a file is written
     out = claim_out_dir(out_dir)
     return _outcome(problem, runner.start(problem, out, progress=progress, callbacks=callbacks))
