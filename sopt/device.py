@@ -210,6 +210,38 @@ def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
     return kernel
 
 
+_multiprocessors: int | None = None
+
+
+def multiprocessor_count() -> int | None:
+    """The fewest streaming multiprocessors of any visible CUDA device (the CUDA driver's
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), or None on Vulkan or when the driver can't tell.
+
+    Kernels whose thread groups wait for each other (a grid barrier) launch at most this many groups, one per
+    multiprocessor, so that all of them are resident at once whichever device SlangPy opened."""
+    global _multiprocessors
+    if device_kind() != "cuda":
+        return None
+    if _multiprocessors is None:
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
+            count, value = ctypes.c_int(0), ctypes.c_int(0)
+            if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+                return None
+            fewest = None
+            for ordinal in range(count.value):
+                device = ctypes.c_int(0)
+                if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+                    return None
+                if cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, device) != 0:   # MULTIPROCESSOR_COUNT
+                    return None
+                fewest = value.value if fewest is None else min(fewest, value.value)
+            _multiprocessors = fewest
+        except (OSError, AttributeError):
+            return None
+    return _multiprocessors
+
+
 class BoundKernel:
     """A compute kernel whose arguments stay bound between dispatches.
 

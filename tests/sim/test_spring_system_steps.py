@@ -102,9 +102,22 @@ def cloth3d_strided(rng: np.random.Generator, shared: bool) -> SpringSystem:
                        mass=0.02, gravity=P([0.0, -9.81, 0.2], name="g"), pinned=base.pinned_mask, ground=0.0,
                        dt=1e-3)
     fused = sim.fused_steps
-    assert (fused.threads, fused.shared) == ({"forward": 256, "backward": 256}, True)   # the automatic choice
+    assert (fused.threads, fused.groups, fused.shared) == (   # the automatic choice
+        {"forward": 128, "backward": 128}, {"forward": 1, "backward": 1}, True)
     fused.threads, fused.shared = {"forward": 64, "backward": 64}, shared
     return sim
+
+
+def with_layout(make: Callable[[np.random.Generator], SpringSystem], threads: int, groups: tuple[int, int],
+                shared: bool = False) -> Callable[[np.random.Generator], SpringSystem]:
+    """``make`` with the fused kernels' layout set: ``threads`` per group, (forward, backward) ``groups``."""
+    def made(rng: np.random.Generator) -> SpringSystem:
+        sim = make(rng)
+        fused = sim.fused_steps
+        fused.threads, fused.shared = {"forward": threads, "backward": threads}, shared
+        fused.groups = {"forward": groups[0], "backward": groups[1]}
+        return sim
+    return made
 
 
 CONFIGS: dict[str, tuple[Callable[[np.random.Generator], SpringSystem], int, list[int] | None]] = {
@@ -115,6 +128,10 @@ CONFIGS: dict[str, tuple[Callable[[np.random.Generator], SpringSystem], int, lis
     "triangle2d_landing": (lambda rng: triangle2d_landing(rng)[0], 40, None),
     "cloth3d_strided_shared": (lambda rng: cloth3d_strided(rng, True), 10, None),
     "cloth3d_strided_global": (lambda rng: cloth3d_strided(rng, False), 10, [3, 7]),
+    # one particle per thread in global memory: the *_reg kernels (springs and their gradient sums in registers)
+    "cloth3d_registers": (with_layout(lambda rng: cloth3d_strided(rng, False), 128, (1, 1)), 10, [3, 7]),
+    "chain2d_registers": (with_layout(lambda rng: chain2d_per_element(rng)[0], 32, (1, 1)), 12, None),
+    "landing_registers": (with_layout(lambda rng: cloth3d_per_element_ground_pinned(rng), 32, (1, 1)), 15, None),
 }
 
 
@@ -122,6 +139,9 @@ CONFIGS: dict[str, tuple[Callable[[np.random.Generator], SpringSystem], int, lis
 def test_fused_steps_equal_single_steps(config: str) -> None:
     make, steps, chunks = CONFIGS[config]
     sim = make(np.random.default_rng(7))
+    fused = sim.fused_steps
+    registers = fused.groups["forward"] * fused.threads["forward"] >= sim.n_particles and not fused.shared
+    assert (fused.register_degree("backward") > 0) == registers == config.endswith("_registers")
     compare_with_steps(sim, steps, chunks)
     if sim.ground is not None:   # the contact was exercised
         x, _ = reference_run(sim, current_values(sim), steps, None)
@@ -129,8 +149,9 @@ def test_fused_steps_equal_single_steps(config: str) -> None:
 
 
 def test_more_particles_than_threads_40x40() -> None:
-    """1600 particles (global memory) on the automatic groups: 1024 threads forward (thread i also steps particle
-    i + 1024 when there is one), 512 in the adjoint (up to four particles each)."""
+    """1600 particles (global memory) on the automatic layout: on CUDA 25 groups of 64 threads (a grid barrier
+    between steps, the springs in registers), elsewhere one group, 1024 threads forward (thread i also steps
+    particle i + 1024 when there is one), 512 in the adjoint (up to four particles each)."""
     rng = np.random.default_rng(3)
     base = SpringSystem.cloth(40, 40, 0.02, dim=3, pin="top_row", stiffness=1.0, dt=1e-3)
     x0 = base.coefficient("x0").numpy() + rng.normal(0, 0.002, (base.n_particles, 3))
@@ -138,8 +159,56 @@ def test_more_particles_than_threads_40x40() -> None:
                        stiffness=P(rng.uniform(50, 100, base.n_springs), name="k"), damping=P([0.05], name="c"),
                        mass=P([0.01], name="m"), gravity=(0.3, -9.81, 0.5), pinned=base.pinned_mask, dt=1e-3)
     fused = sim.fused_steps
-    assert sim.n_particles == 1600 and (fused.threads, fused.shared) == ({"forward": 1024, "backward": 512}, False)
+    if dev.device_kind() == "cuda":
+        layout = ({"forward": 64, "backward": 64}, {"forward": 25, "backward": 25}, False)
+    else:
+        layout = ({"forward": 1024, "backward": 512}, {"forward": 1, "backward": 1}, False)
+    assert sim.n_particles == 1600 and (fused.threads, fused.groups, fused.shared) == layout
     compare_with_steps(sim, 5)
+
+
+# Several groups wait for each other at a grid barrier: CUDA only (a software Vulkan driver may run the groups
+# one after another, and the first would wait forever).
+cuda_only = pytest.mark.skipif("dev.device_kind() != 'cuda'", reason="several thread groups need CUDA")
+
+
+@cuda_only
+@pytest.mark.parametrize("config", ["chain2d_shared_free", "cloth3d_per_element_ground_pinned",
+                                    "cloth3d_strided_global", "triangle2d_landing"])
+def test_several_groups_equal_single_steps(config: str) -> None:
+    """The multi-group layout (groups of 64 threads, some with no particle; the forward and the adjoint with
+    different group counts) equals n single steps: states, per-element and shared gradients (summed over the
+    groups)."""
+    make, steps, chunks = CONFIGS[config]
+    sim = make(np.random.default_rng(7))
+    fused = sim.fused_steps
+    fused.threads, fused.groups, fused.shared = {"forward": 64, "backward": 64}, {"forward": 2, "backward": 3}, False
+    compare_with_steps(sim, steps, chunks)
+
+
+@cuda_only
+def test_several_groups_40x40_many_particles_per_thread() -> None:
+    """1600 particles on 4 groups of 64 threads (up to 7 particles per thread), 60 steps."""
+    rng = np.random.default_rng(4)
+    base = SpringSystem.cloth(40, 40, 0.02, dim=3, pin="top_corners", stiffness=1.0, dt=1e-3)
+    sim = SpringSystem(base.coefficient("x0").numpy(), base.springs,
+                       stiffness=P(rng.uniform(50, 100, base.n_springs), name="k"), damping=P([0.05], name="c"),
+                       mass=P([0.01], name="m"), pinned=base.pinned_mask, dt=1e-3)
+    fused = sim.fused_steps
+    fused.threads, fused.groups, fused.shared = {"forward": 64, "backward": 64}, {"forward": 4, "backward": 4}, False
+    compare_with_steps(sim, 60)
+
+
+def test_group_count_is_checked() -> None:
+    sim = chain2d_shared_free(np.random.default_rng(2))
+    most = dev.multiprocessor_count() or 1
+    sim.fused_steps.groups = {"forward": 1, "backward": most + 1}
+    with pytest.raises(ValueError, match=rf"groups\['backward'\] = {most + 1}; allowed are 1 to {most}"):
+        sim.steps(sim.initial_state(), 2)
+    if most > 1:
+        sim.fused_steps.groups = {"forward": 2, "backward": 1}
+        with pytest.raises(ValueError, match=r"groups\['forward'\] = 2 needs shared = False"):
+            sim.steps(sim.initial_state(), 2)
 
 
 def test_long_runs_split_into_fused_calls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,7 +303,7 @@ def test_steps_arguments() -> None:
     with pytest.raises(ValueError, match=r"has 1 actuator\(s\); pass a \(1,\) control"):
         actuated.steps(actuated.initial_state(), 3)   # the per-step path, which needs a control
     sim.fused_steps.threads = {"forward": 1024, "backward": 1024}
-    with pytest.raises(ValueError, match=r"threads\['backward'\] = 1024; allowed are \(64, 256, 512\)"):
+    with pytest.raises(ValueError, match=r"threads\['backward'\] = 1024; allowed are \(32, 64, 128, 256, 512\)"):
         sim.steps(s, 2)
     sim.fused_steps.threads = {"forward": 1024, "backward": 512}
     big = SpringSystem.cloth(33, 32, 0.02, stiffness=50.0, dt=1e-3)
