@@ -34,7 +34,8 @@ benchmark sizes; runs longer than 2^31 elements of that array are split into sev
 Gradients: per-spring and per-particle coefficients are added into their own address by the one thread that
 owns the element (the lower-index end of a spring, a particle's thread), every step (register kernels: once,
 summed over the steps), without atomics; shared coefficients and gravity are summed per thread over all steps,
-then over the group (a fixed tree), then over the groups in group order, and added once. Outside a tape the forward runs at once and keeps only two states (a ping-pong).
+then over the group (a fixed tree), then over the groups in group order, and added once. Outside a tape the
+forward runs at once and keeps only two states (a ping-pong).
 """
 
 from __future__ import annotations
