@@ -13,6 +13,7 @@ from sopt import tape as tp
 from sopt.nn.batch import dummy, dummy_buffer
 from sopt.nn.kernels import function, launch
 from sopt.sim.coefficient import Coefficient
+from sopt.sim.diffusion2d_grid_steps import Diffusion2DGridSteps
 from sopt.sim.grid2d import (BlockTiling, Grid2D, TemporalBlocking, coefficient_args, coefficient_grad_args,
                              grid_shape)
 from sopt.sim.simulator import Simulator
@@ -111,6 +112,7 @@ class Diffusion2D(Simulator):
         self._adjoint_fn = function("sim/diffusion2d", "diffusion2d_adjoint")
         self._blocks: dict[str, dev.BoundKernel] = {}   # the steps kernels, bound on first use
         self._pingpong: spy.Tensor | None = None         # steps' intermediate states when no gradient is kept
+        self._grid_steps: Diffusion2DGridSteps | None = None
 
     def to_config(self) -> Diffusion2DConfig:
         """The config of this simulator (u0 is a build argument: ``from_config(config, u0)``); ValueError for a
@@ -180,6 +182,8 @@ class Diffusion2D(Simulator):
             raise ValueError("Diffusion2D.steps: state array 'u' must be contiguous (a simulator's own states are)")
         if n == 0:
             return state
+        if self.grid_steps.fits():
+            return self.grid_steps.run(state, n)
         out = self.new_state()
         u, u_end = state.u, out.u
         H, W = self.grid.shape
@@ -223,6 +227,13 @@ class Diffusion2D(Simulator):
 
         tp.record("Diffusion2D.steps", forward, backward, reads=[u], writes=[u_end], add_grads=[u], params=params)
         return out
+
+    @property
+    def grid_steps(self) -> Diffusion2DGridSteps:
+        """The grid-barrier runner :meth:`steps` uses where it fits (CUDA; its ``layout`` picks the variant)."""
+        if self._grid_steps is None:
+            self._grid_steps = Diffusion2DGridSteps(self)
+        return self._grid_steps
 
     def _block_kernel(self, role: str) -> dev.BoundKernel:
         """The bound ``diffusion2d_steps_<role>`` kernel of this simulator (grid, tiling and step constants set)."""

@@ -48,6 +48,7 @@ import slangpy as spy
 from sopt import device as dev
 from sopt import tape as tp
 from sopt.nn.batch import dummy
+from sopt.sim.grid_barrier import GridBarrier, max_groups
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class FusedSpringSteps:
             raise ValueError(f"FusedSpringSteps: the system has {sim.n_actuators} actuator(s), which need a per-step "
                              "control; use SpringSystem.step")
         self.sim = sim
-        self.threads, self.groups, self.shared = default_layout(sim.n_particles, dev.multiprocessor_count())
+        self.threads, self.groups, self.shared = default_layout(sim.n_particles, max_groups())
         topo = sim.topology_host
         n = sim.n_particles
         packed = np.concatenate([topo["offsets"], topo["incident"].ravel(), topo["pinned"]]).astype(np.int32)
@@ -134,9 +135,7 @@ class FusedSpringSteps:
         self._topology = dev.get_device().create_buffer(
             size=4 * packed.size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
             data=packed)
-        self._barrier = dev.get_device().create_buffer(
-            size=4, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
-            | spy.BufferUsage.copy_destination)   # the grid barrier's arrival counter (G > 1)
+        self._barrier = GridBarrier()
         self._bound: dict[tuple[str, int, int, int], dev.BoundKernel] = {}
         self._scratch: spy.Tensor | None = None      # adjoint: G (N, 2 dim), dL/dF (2, N, dim), partial sums (G, 8)
         self._ping_pong: spy.Tensor | None = None    # outside a tape: two states
@@ -150,7 +149,7 @@ class FusedSpringSteps:
         if self.shared and self.sim.n_particles > SHARED_CAPACITY:
             raise ValueError(f"FusedSpringSteps shared = True needs N <= {SHARED_CAPACITY}, got N = "
                              f"{self.sim.n_particles}")
-        most = dev.multiprocessor_count() or 1
+        most = max_groups() or 1
         for which in MAX_THREADS:
             g = self.groups.get(which)
             if not isinstance(g, int) or isinstance(g, bool) or not 1 <= g <= most:
@@ -174,10 +173,9 @@ class FusedSpringSteps:
         bound = self._bound.get(key)
         if bound is None:
             bound = dev.BoundKernel(_kernel(which, self.sim.dim, threads, self.shared, degree),
-                                    steps_topology=self._topology, steps_barrier=self._barrier)
+                                    steps_topology=self._topology, steps_barrier=self._barrier.buffer)
             self._bound[key] = bound
-        if groups > 1:
-            enc.clear_buffer(self._barrier)
+        self._barrier.clear(enc, groups)
         bound.set(steps_args=_full_args({**args, "groups": groups}), **buffers).dispatch(threads * groups, enc)
 
     def max_steps_per_call(self, parts: int) -> int:

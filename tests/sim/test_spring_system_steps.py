@@ -12,6 +12,7 @@ import pytest
 
 import sopt
 from sopt import device as dev
+from sopt.sim.grid_barrier import max_groups
 from sopt.sim.spring_system import SpringSystem
 from tests.sim.test_spring_system import (assert_close, chain2d_per_element, cloth3d_shared_ground, current_values,
                                           reference_run, triangle2d_landing)
@@ -201,7 +202,7 @@ def test_several_groups_40x40_many_particles_per_thread() -> None:
 
 def test_group_count_is_checked() -> None:
     sim = chain2d_shared_free(np.random.default_rng(2))
-    most = dev.multiprocessor_count() or 1
+    most = max_groups() or 1
     sim.fused_steps.groups = {"forward": 1, "backward": most + 1}
     with pytest.raises(ValueError, match=rf"groups\['backward'\] = {most + 1}; allowed are 1 to {most}"):
         sim.steps(sim.initial_state(), 2)

@@ -1,0 +1,85 @@
+"""Diffusion2D.steps through the grid-barrier kernels (sopt/sim/diffusion2d_grid_steps.py): the final field and
+every gradient against n recorded calls of step, with one group on any device and several on CUDA; eager use;
+the automatic choice; bad layouts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sopt import device as dev
+from sopt.sim.diffusion2d_grid_steps import GRID_MIN_CELLS, layout
+from sopt.sim.grid_barrier import max_groups
+from tests.sim.fields_reference import BOUNDARIES, rel_err
+from tests.sim.test_diffusion2d_steps import SHAPE, make, problem, rollout
+
+cuda_only = pytest.mark.skipif("dev.device_kind() != 'cuda'", reason="several thread groups need CUDA")
+
+
+def compare(shape: tuple[int, int], case: str, boundary: str, n: int, grid_layout: tuple[int, int]) -> None:
+    p = problem(shape, 1)
+    sim, params = make(p, case, boundary)
+    want_u = rollout(sim, n, fused=False, seed=p["w"])
+    want = {name: par.grad_numpy() for name, par in params.items()}
+    sim.grid_steps.layout = grid_layout
+    assert sim.grid_steps.fits()
+    got_u = rollout(sim, n, fused=True, seed=p["w"])
+    got = {name: par.grad_numpy() for name, par in params.items()}
+    assert np.abs(got_u - want_u).max() <= 1e-5 * np.abs(want_u).max()
+    assert np.abs(want_u - p["u0"]).max() > 0.05   # the field moved
+    for name in want:
+        assert np.abs(want[name]).max() > 0, name
+        assert rel_err(got[name], want[name]) < 1e-5, name
+
+
+@pytest.mark.parametrize("n", [1, 2, 9])
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+@pytest.mark.parametrize("case", ["fields", "shared", "shared_const_u0", "u0_only"])
+def test_one_group_equals_n_steps(n, boundary, case):
+    """20 x 24 cells on one group of 256 threads, two cells each (the last 32 threads' second cell is past the
+    grid)."""
+    compare(SHAPE, case, boundary, n, (1, 2))
+
+
+def test_eight_cells_per_thread():
+    compare((40, 45), "fields", "dirichlet", 5, (1, 8))
+
+
+@cuda_only
+@pytest.mark.parametrize("grid_layout", [(2, 1), (3, 1), (2, 4)])
+@pytest.mark.parametrize("case", ["fields", "shared"])
+def test_several_groups_equal_n_steps(grid_layout, case):
+    """Several groups meeting at the grid barrier every step; shared gradients summed over the groups."""
+    compare(SHAPE, case, "dirichlet", 9, grid_layout)
+
+
+def test_eager_steps_equal_steps():
+    """Outside a tape two fields serve every step (a ping-pong)."""
+    p = problem(SHAPE, 3)
+    sim, _ = make(p, "fields", "insulated")
+    want = sim.initial_state()
+    for _ in range(7):
+        want = sim.step(want)
+    sim.grid_steps.layout = (1, 2)
+    got = sim.steps(sim.initial_state(), 7)
+    np.testing.assert_allclose(got.u.to_numpy(), want.u.to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_automatic_choice():
+    most = max_groups()
+    assert layout(GRID_MIN_CELLS - 1, most) is None and layout(10**9, most) is None
+    if dev.device_kind() == "cuda":
+        assert most is not None and layout(512 * 512, most) == (-(-512 * 512 // 2048), 8)
+        assert layout(GRID_MIN_CELLS, most) == (GRID_MIN_CELLS // 256, 1)
+    else:
+        assert most is None and layout(512 * 512, most) is None
+
+
+def test_bad_layout_raises():
+    p = problem(SHAPE, 1)
+    sim, _ = make(p, "fields", "dirichlet")
+    most = max_groups() or 1
+    for bad in [(1, 1), (1, 3), (most + 1, 8)]:
+        sim.grid_steps.layout = bad
+        with pytest.raises(ValueError, match=r"Diffusion2DGridSteps layout .*needs cells per thread in \(1, 2, 4, 8\)"):
+            sim.steps(sim.initial_state(), 2)
