@@ -2,10 +2,10 @@
 dispatch on CUDA (kernels in slang_lib/sim/diffusion2d_grid_steps.slang); ``Diffusion2D.steps`` runs through
 it where :meth:`Diffusion2DGridSteps.fits`, else through temporal blocking (sim/diffusion2d_steps.slang).
 
-The dispatch's G groups of T = 256 threads loop over the steps and meet at a grid barrier
+The dispatch's G groups of T = 512 threads loop over the steps and meet at a grid barrier
 (:mod:`sopt.sim.grid_barrier`) once per step; each thread keeps CELLS cells (the smallest of 1, 2, 4, 8 that
 covers the grid with at most one group per multiprocessor) with their face conductivities and their value or
-dL/du in registers. So it fits grids of up to 8 T (multiprocessors) cells (270336 on an H100) and takes them
+dL/du in registers. So it fits grids of up to 8 T (multiprocessors) cells (540672 on an H100) and takes them
 from GRID_MIN_CELLS cells up, where it beats temporal blocking (measured on an H100, 2000 steps of a 512 x 512
 grid forward and backward: see benchmarks/RESULTS.md).
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from sopt.sim.diffusion2d import Diffusion2D
 
 _MODULE = "sim/diffusion2d_grid_steps"
-THREADS = 256                 # diffusion2d_grid_steps.slang's MAX_THREADS
+THREADS = 512                 # diffusion2d_grid_steps.slang's MAX_THREADS
 CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~12 each)
 GRID_MIN_CELLS = 16384        # smaller grids take temporal blocking
 
