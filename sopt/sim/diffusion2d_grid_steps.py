@@ -3,14 +3,11 @@ dispatch on CUDA (kernels in slang_lib/sim/diffusion2d_grid_steps.slang); ``Diff
 it where :meth:`Diffusion2DGridSteps.fits`, else through temporal blocking (sim/diffusion2d_steps.slang).
 
 The dispatch's G groups of T = 512 threads loop over the steps and meet at a grid barrier
-(:mod:`sopt.sim.grid_barrier`) once per step. Each group owns a tile of the grid (:func:`layout`: tiles up to
-64 cells wide, as many rows of tiles as fit one group per multiprocessor); each thread keeps CELLS of the tile's
-cells (the smallest of 1, 2, 4, 8 that covers it) with their face conductivities and their value or dL/du in
-registers, and a step reads the neighbours from the tile and its halo copied into groupshared memory. It fits
-grids whose tiles hold at most 8 T cells and whose regions (tile + halo) at most REGION_CAPACITY, with at most
-one group per multiprocessor (e.g. up to 1024 x 1024 on an H100), and takes them from GRID_MIN_CELLS cells up,
-where it beats temporal blocking (measured on an H100, 2000 steps forward and backward: 64 x 64 11.2 ms
-against 29.4, 512 x 512: see benchmarks/RESULTS.md).
+(:mod:`sopt.sim.grid_barrier`) once per step; each thread keeps CELLS cells (the smallest of 1, 2, 4, 8 that
+covers the grid with at most one group per multiprocessor) with their face conductivities and their value or
+dL/du in registers. So it fits grids of up to 8 T (multiprocessors) cells (540672 on an H100) and takes them
+from GRID_MIN_CELLS cells up, where it beats temporal blocking (measured on an H100, 2000 steps of a 512 x 512
+grid forward and backward: see benchmarks/RESULTS.md).
 
 Memory: on a tape whose gradient reaches the call, the forward keeps every intermediate state (n - 1 fields
 of H x W floats from the tape's pool; 2 GB for 2000 steps of 512 x 512) and the adjoint reads them back: one
@@ -35,10 +32,8 @@ if TYPE_CHECKING:
 
 _MODULE = "sim/diffusion2d_grid_steps"
 THREADS = 512                 # diffusion2d_grid_steps.slang's MAX_THREADS
-REGION_CAPACITY = 5120        # ... and REGION_CAPACITY: cells of a tile with its halo
-CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~10 each)
-TILE_WIDTH = 64               # widest tile (a warp's loads of a tile row stay in few cache lines)
-GRID_MIN_CELLS = 4096         # smaller grids take temporal blocking
+CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~12 each)
+GRID_MIN_CELLS = 16384        # smaller grids take temporal blocking
 
 _kernels: dict[tuple[str, int], spy.ComputeKernel] = {}
 
@@ -60,42 +55,14 @@ def _kernel(which: str, cells: int) -> spy.ComputeKernel:
     return kernel
 
 
-def layout(shape: tuple[int, int], groups_allowed: int | None) -> tuple[int, int] | None:
-    """The tile (rows, columns) for a grid of ``shape``, or None where the grid kernels don't fit or pay (fewer
-    than GRID_MIN_CELLS cells, no grid barrier, a tile too large): tiles TILE_WIDTH wide (the grid's width if
-    less), as tall as makes one group per multiprocessor or fewer."""
-    H, W = shape
-    if groups_allowed is None or H * W < GRID_MIN_CELLS:
+def layout(n_cells: int, groups_allowed: int | None) -> tuple[int, int] | None:
+    """(groups, cells per thread) for a grid of ``n_cells``, or None where the grid kernels don't fit or pay
+    (fewer than GRID_MIN_CELLS cells, no grid barrier, more than 8 cells per thread)."""
+    if groups_allowed is None or n_cells < GRID_MIN_CELLS:
         return None
-    tile_w = min(W, TILE_WIDTH)
-    tiles_x = -(-W // tile_w)
-    if tiles_x > groups_allowed:
-        return None
-    tile_h = -(-H // (groups_allowed // tiles_x))
-    return (tile_h, tile_w) if tile_problem(shape, (tile_h, tile_w), groups_allowed) is None else None
-
-
-def tiling(shape: tuple[int, int], tile: tuple[int, int]) -> tuple[int, int, int]:
-    """(groups, tiles per row, cells per thread) of ``tile`` on a grid of ``shape`` (cells: 16 if none fits)."""
-    (H, W), (tile_h, tile_w) = shape, tile
-    tiles_x = -(-W // tile_w)
-    cells = next((c for c in CELL_CHOICES if THREADS * c >= tile_h * tile_w), 16)
-    return tiles_x * -(-H // tile_h), tiles_x, cells
-
-
-def tile_problem(shape: tuple[int, int], tile: Any, groups_allowed: int | None) -> str | None:
-    """What is wrong with ``tile`` on a grid of ``shape`` (None: nothing)."""
-    most = groups_allowed or 1
-    if (not isinstance(tile, tuple) or len(tile) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in tile)):
-        return "must be a (rows, columns) pair of positive ints"
-    groups, _, cells = tiling(shape, tile)
-    if groups > most:
-        return f"makes {groups} tiles (groups); at most {most} here"
-    if cells > CELL_CHOICES[-1]:
-        return f"holds {tile[0] * tile[1]} cells; at most {THREADS * CELL_CHOICES[-1]}"
-    if (tile[0] + 2) * (tile[1] + 2) > REGION_CAPACITY:
-        return f"with its halo holds {(tile[0] + 2) * (tile[1] + 2)} cells; at most {REGION_CAPACITY}"
+    for cells in CELL_CHOICES:
+        if groups_allowed * THREADS * cells >= n_cells:
+            return -(-n_cells // (THREADS * cells)), cells
     return None
 
 
@@ -104,25 +71,30 @@ class Diffusion2DGridSteps:
 
     def __init__(self, sim: "Diffusion2D") -> None:
         self.sim = sim
-        self.layout = layout(sim.grid.shape, max_groups())
+        H, W = sim.grid.shape
+        self.layout = layout(H * W, max_groups())
         self._barrier: GridBarrier | None = None
         self._bound: dict[str, dev.BoundKernel] = {}
         self._pingpong: spy.Tensor | None = None    # outside a tape: two fields
 
     def fits(self) -> bool:
-        """Whether :meth:`run` applies here: by default on CUDA, for the grids :func:`layout` takes. ``layout``,
-        the tile (rows, columns), may be set to another (tests run one tile on any device that way)."""
+        """Whether :meth:`run` applies here: by default on CUDA, for a grid of GRID_MIN_CELLS to 8 T
+        (multiprocessors) cells. ``layout`` = (groups, cells per thread) may be set to another that covers the
+        grid (tests run one group on any device that way)."""
         return self.layout is not None
 
     def _check_layout(self) -> None:
-        problem = tile_problem(self.sim.grid.shape, self.layout, max_groups())
-        if problem is not None:
-            raise ValueError(f"Diffusion2DGridSteps layout {self.layout!r} on a {self.sim.grid.shape} grid {problem}")
+        assert self.layout is not None
+        groups, cells = self.layout
+        most = max_groups() or 1
+        H, W = self.sim.grid.shape
+        if cells not in CELL_CHOICES or not 1 <= groups <= most or groups * THREADS * cells < H * W:
+            raise ValueError(f"Diffusion2DGridSteps layout {self.layout!r}: needs cells per thread in {CELL_CHOICES}, "
+                             f"1 to {most} groups, and groups x {THREADS} x cells >= the grid's {H * W} cells")
 
     def _dispatch(self, which: str, enc: spy.CommandEncoder, args: dict[str, Any], buffers: dict[str, Any]) -> None:
         assert self.layout is not None
-        groups, tiles_x, cells = tiling(self.sim.grid.shape, self.layout)
-        args = {**args, "tile_h": self.layout[0], "tile_w": self.layout[1], "tiles_x": tiles_x}
+        groups, cells = self.layout
         key = f"{which}_{cells}"
         bound = self._bound.get(key)
         if bound is None:
@@ -179,7 +151,7 @@ class Diffusion2DGridSteps:
             tp.record("Diffusion2D.steps", forward, None, writes=[u_end])
             return out
         assert self.layout is not None
-        scratch = tp.new_tensor((2 * H * W + 2 * tiling(sim.grid.shape, self.layout)[0],), grads=False)
+        scratch = tp.new_tensor((2 * H * W + 2 * self.layout[0],), grads=False)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             write_du = u.grad_out is not None and tape.requires_grad(u)
@@ -201,8 +173,7 @@ class Diffusion2DGridSteps:
         return out
 
 
-_ARG_FIELDS = ("H", "W", "dirichlet", "boundary_value", "r", "dt", "n_steps", "held_slots", "groups", "tile_h",
-               "tile_w", "tiles_x", "u_first",
+_ARG_FIELDS = ("H", "W", "dirichlet", "boundary_value", "r", "dt", "n_steps", "held_slots", "groups", "u_first",
                "u_held", "u_last", "kappa", "kappa_stride", "source", "source_stride", "g_last", "scratch",
                "g_first", "want_g_first", "kappa_grad", "kappa_grad_mode", "source_grad", "source_grad_mode")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sopt import device as dev
-from sopt.sim.diffusion2d_grid_steps import layout
+from sopt.sim.diffusion2d_grid_steps import GRID_MIN_CELLS, layout
 from sopt.sim.grid_barrier import max_groups
 from tests.sim.fields_reference import BOUNDARIES, rel_err
 from tests.sim.test_diffusion2d_steps import SHAPE, make, problem, rollout
@@ -36,23 +36,22 @@ def compare(shape: tuple[int, int], case: str, boundary: str, n: int, grid_layou
 @pytest.mark.parametrize("boundary", BOUNDARIES)
 @pytest.mark.parametrize("case", ["fields", "shared", "shared_const_u0", "u0_only"])
 def test_one_group_equals_n_steps(n, boundary, case):
-    """20 x 24 cells in one tile: one group of 512 threads, one cell each (the last 32 threads have none)."""
-    compare(SHAPE, case, boundary, n, (20, 24))
+    """20 x 24 cells on one group of 512 threads, one cell each (the last 32 threads have none)."""
+    compare(SHAPE, case, boundary, n, (1, 1))
 
 
 def test_eight_cells_per_thread():
-    """1800 cells in one tile: four cells per thread (i, i + 512, ...; some past the grid); a taller tile than
-    the grid (eight cells per thread)."""
-    compare((40, 45), "fields", "dirichlet", 5, (40, 45))
-    compare((40, 45), "shared", "insulated", 3, (48, 60))
+    """1800 cells on one group of 512 threads: four cells per thread (i, i + 512, ...; some past the grid), and
+    eight."""
+    compare((40, 45), "fields", "dirichlet", 5, (1, 4))
+    compare((40, 45), "shared", "insulated", 3, (1, 8))
 
 
 @cuda_only
-@pytest.mark.parametrize("grid_layout", [(20, 24), (7, 24), (10, 9), (3, 5)])
+@pytest.mark.parametrize("grid_layout", [(1, 1), (2, 1), (3, 2)])
 @pytest.mark.parametrize("case", ["fields", "shared"])
 def test_several_groups_equal_n_steps(grid_layout, case):
-    """Several tiles (groups) meeting at the grid barrier every step, tiles cut short at the far edges; shared
-    gradients summed over the groups."""
+    """Several groups meeting at the grid barrier every step; shared gradients summed over the groups."""
     compare(SHAPE, case, "dirichlet", 9, grid_layout)
 
 
@@ -63,28 +62,26 @@ def test_eager_steps_equal_steps():
     want = sim.initial_state()
     for _ in range(7):
         want = sim.step(want)
-    sim.grid_steps.layout = (20, 24)
+    sim.grid_steps.layout = (1, 1)
     got = sim.steps(sim.initial_state(), 7)
     np.testing.assert_allclose(got.u.to_numpy(), want.u.to_numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_automatic_choice():
-    assert layout((63, 64), 132) is None                   # below GRID_MIN_CELLS
-    assert layout((512, 512), 132) == (32, 64)             # 8 x 16 tiles of 2048 cells: 4 per thread
-    assert layout((1024, 1024), 132) is None               # tiles of 128 x 64 would need 16 cells per thread
-    assert layout((64, 64), 132) == (1, 64)
-    assert layout((512, 512), None) is None
     most = max_groups()
-    assert (most is not None) == (dev.device_kind() == "cuda")
+    assert layout(GRID_MIN_CELLS - 1, most) is None and layout(10**9, most) is None
+    if dev.device_kind() == "cuda":
+        assert most is not None and layout(512 * 512, most) == (-(-512 * 512 // 2048), 4)
+        assert layout(GRID_MIN_CELLS, most) == (GRID_MIN_CELLS // 512, 1)
+    else:
+        assert most is None and layout(512 * 512, most) is None
 
 
 def test_bad_layout_raises():
     p = problem(SHAPE, 1)
     sim, _ = make(p, "fields", "dirichlet")
     most = max_groups() or 1
-    for bad, match in [((20, 0), "must be a \\(rows, columns\\) pair of positive ints"),
-                       ((1, 1), f"makes 480 tiles \\(groups\\); at most {most} here"),
-                       ((70, 70), "holds 4900 cells; at most 4096")]:
+    for bad in [(1, 3), (most + 1, 8)]:
         sim.grid_steps.layout = bad
-        with pytest.raises(ValueError, match=rf"Diffusion2DGridSteps layout .* on a \(20, 24\) grid {match}"):
+        with pytest.raises(ValueError, match=r"Diffusion2DGridSteps layout .*needs cells per thread in \(1, 2, 4, 8\)"):
             sim.steps(sim.initial_state(), 2)
