@@ -72,7 +72,7 @@ def test_automatic_choice():
     assert layout(GRID_MIN_CELLS - 1, most) is None and layout(10**9, most) is None
     if dev.device_kind() == "cuda":
         assert most is not None and layout(512 * 512, most) == (-(-512 * 512 // 2048), 4)
-        assert layout(GRID_MIN_CELLS, most) == (GRID_MIN_CELLS // 512, 1)
+        assert layout(GRID_MIN_CELLS, most) == (GRID_MIN_CELLS // 512, 1) and layout(64 * 64 - 1, most) is None
     else:
         assert most is None and layout(512 * 512, most) is None
 
