@@ -82,7 +82,9 @@ class Diffusion2D(Simulator):
 
     :meth:`step`: one forward dispatch (a thread per cell) and one adjoint dispatch, which adds dL/du into the
     input state's gradient and dL/dkappa, dL/ds into Parameters' gradients (a field's entry owned by its
-    cell's thread: no atomics). :meth:`steps` runs n steps in ceil(n / K) dispatches each way.
+    cell's thread: no atomics). :meth:`steps` runs n steps in ceil(n / K) dispatches each way, or on CUDA, for
+    grids from 64 x 64 cells up to what fits one group per multiprocessor, in one dispatch each way
+    (:attr:`grid_steps`, sopt/sim/diffusion2d_grid_steps.py; ``blocking`` is then unused).
     """
 
     state_names = ("u",)
@@ -168,7 +170,9 @@ class Diffusion2D(Simulator):
 
     def steps(self, state: State, n: int) -> State:
         """The state ``n * dt`` later (a new State; ``state`` itself for n = 0), equal to n calls of :meth:`step`
-        up to float32 rounding, in ceil(n / K) dispatches (K = ``blocking.steps``).
+        up to float32 rounding, in ceil(n / K) dispatches (K = ``blocking.steps``); where
+        ``grid_steps.fits()`` (CUDA) in one forward and one adjoint dispatch that keeps every intermediate
+        state instead (sopt/sim/diffusion2d_grid_steps.py).
 
         On a tape whose gradient reaches this call (a Parameter coefficient, or ``state.u`` needing one) the
         forward keeps the ceil(n / K) - 1 inner block-start states (the tape's pool: H x W floats each) and the
