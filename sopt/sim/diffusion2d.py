@@ -193,16 +193,9 @@ class Diffusion2D(Simulator):
         H, W = self.grid.shape
         blocks = -(-n // self.blocking.steps)
         kappa, source = self.conductivity, self.source
-        params = [c.parameter for c in (kappa, source) if c.parameter is not None]
+        params, keep = self.steps_parameters(u)
         tape = tp.current_tape()
-        keep = tape is not None and not tape.forward_only and (bool(params) or tape.requires_grad(u))
-        # the states at inner block starts: all kept for the backward, else a ping-pong pair
-        if blocks == 1:
-            held, slots = None, 1
-        elif keep:
-            held, slots = tp.new_tensor((blocks - 1, H, W), grads=False), blocks - 1
-        else:
-            held, slots = self._scratch(), 2
+        held, slots = self.held_states(blocks - 1, keep)   # the states at inner block starts
         g_held = tp.new_tensor((2, H, W), grads=False) if keep and blocks > 1 else None   # dL/du ping-pong
         schedule = {"n_steps": n, "blocks": blocks, "held_slots": slots, **_array_vars("u_first", u),
                     **_array_vars("u_held", held), **_array_vars("u_last", u_end)}
@@ -255,11 +248,24 @@ class Diffusion2D(Simulator):
             self._blocks[role] = bound
         return bound
 
-    def _scratch(self) -> spy.Tensor:
-        """Two fields (2, H, W) for the intermediate states of :meth:`steps` when none is kept."""
+    def steps_parameters(self, u: spy.Tensor) -> tuple[list[Any], bool]:
+        """For a :meth:`steps` call from ``u``: the Parameters among the coefficients, and whether its backward
+        is needed (a tape whose gradient reaches the call: such a Parameter, or ``u`` needing one)."""
+        params = [c.parameter for c in (self.conductivity, self.source) if c.parameter is not None]
+        tape = tp.current_tape()
+        return params, tape is not None and not tape.forward_only and (bool(params) or tape.requires_grad(u))
+
+    def held_states(self, count: int, keep: bool) -> tuple[spy.Tensor | None, int]:
+        """Fields for :meth:`steps`' ``count`` intermediate states and how many slots they have: none for none;
+        all of them (from the tape's pool) when ``keep`` (the backward reads them); else two scratch fields
+        reused by every call (a ping-pong)."""
+        if count == 0:
+            return None, 1
+        if keep:
+            return tp.new_tensor((count, *self.grid.shape), grads=False), count
         if self._pingpong is None:
             self._pingpong = spy.Tensor.zeros(dev.get_device(), (2, *self.grid.shape), "float")
-        return self._pingpong
+        return self._pingpong, 2
 
     def __repr__(self) -> str:
         return f"Diffusion2D({self.grid!r}, conductivity={self.conductivity!r}, source={self.source!r}, dt={self.dt})"

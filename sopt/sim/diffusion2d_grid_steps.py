@@ -25,7 +25,7 @@ import slangpy as spy
 from sopt import device as dev
 from sopt import tape as tp
 from sopt.nn.batch import dummy_buffer
-from sopt.sim.grid_barrier import GridBarrier, max_groups
+from sopt.sim.grid_barrier import GridBarrier, max_groups, stepping_kernel
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -36,24 +36,10 @@ THREADS = 512                 # diffusion2d_grid_steps.slang's MAX_THREADS
 CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~12 each)
 GRID_MIN_CELLS = 4096         # smaller grids take temporal blocking
 
-_kernels: dict[tuple[str, int], spy.ComputeKernel] = {}
-
-
 def _kernel(which: str, cells: int) -> spy.ComputeKernel:
     """The compute kernel ``diffusion2d_grid_<which><THREADS, cells>`` (``which``: forward or backward)."""
-    key = (which, cells)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        name = f"diffusion2d_grid_{which}_{THREADS}_{cells}"
-        source = (f'import {_MODULE.replace("/", ".")};\n[shader("compute")]\n[numthreads({THREADS}, 1, 1)]\n'
-                  f"void {name}(uint lane: SV_GroupIndex, uint3 group: SV_GroupID) {{ "
-                  f"diffusion2d_grid_{which}<{THREADS}, {cells}>(int(lane), int(group.x)); }}\n")
-        device = dev.get_device()
-        with dev.compiling(f"{_MODULE}.slang:{name}"):
-            module = device.load_module_from_source(name, source)
-            program = device.link_program([module], [module.entry_point(name)])
-            kernel = _kernels[key] = device.create_compute_kernel(program)
-    return kernel
+    return stepping_kernel(_MODULE, f"diffusion2d_grid_{which}_{THREADS}_{cells}",
+                           f"diffusion2d_grid_{which}<{THREADS}, {cells}>", THREADS)
 
 
 def layout(n_cells: int, groups_allowed: int | None) -> tuple[int, int] | None:
@@ -76,7 +62,6 @@ class Diffusion2DGridSteps:
         self.layout = layout(H * W, max_groups())
         self._barrier: GridBarrier | None = None
         self._bound: dict[str, dev.BoundKernel] = {}
-        self._pingpong: spy.Tensor | None = None    # outside a tape: two fields
 
     def fits(self) -> bool:
         """Whether :meth:`run` applies here: by default on CUDA, for a grid of GRID_MIN_CELLS to 8 T
@@ -114,17 +99,9 @@ class Diffusion2DGridSteps:
         out = sim.new_state()
         u, u_end = state.u, out.u
         kappa, source = sim.conductivity, sim.source
-        params = [c.parameter for c in (kappa, source) if c.parameter is not None]
+        params, keep = sim.steps_parameters(u)
         tape = tp.current_tape()
-        keep = tape is not None and not tape.forward_only and (bool(params) or tape.requires_grad(u))
-        if n == 1:
-            held, slots = None, 1
-        elif keep:
-            held, slots = tp.new_tensor((n - 1, H, W), grads=False), n - 1
-        else:
-            if self._pingpong is None:
-                self._pingpong = spy.Tensor.zeros(dev.get_device(), (2, H, W), "float")
-            held, slots = self._pingpong, 2
+        held, slots = sim.held_states(n - 1, keep)
         g = sim.grid
         base = {"H": H, "W": W, "dirichlet": int(g.boundary == "dirichlet"), "boundary_value": g.boundary_value,
                 "r": sim.dt / g.dx ** 2, "dt": sim.dt, "n_steps": n, "held_slots": slots}

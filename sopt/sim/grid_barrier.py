@@ -13,6 +13,25 @@ import slangpy as spy
 
 from sopt import device as dev
 
+_kernels: dict[str, spy.ComputeKernel] = {}
+
+
+def stepping_kernel(module: str, name: str, call: str, threads: int) -> spy.ComputeKernel:
+    """The compute kernel ``name``: groups of ``threads`` threads, each calling ``call(lane, group)``, a function
+    of the Slang module ``module`` (e.g. ``sim/spring_system_steps``, ``spring_steps_forward<3, 64, 0>``) that
+    loops over the steps and synchronises with ``grid_sync``. Compiled once per process (and cached on disk)."""
+    kernel = _kernels.get(name)
+    if kernel is None:
+        source = (f'import {module.replace("/", ".")};\n[shader("compute")]\n[numthreads({threads}, 1, 1)]\n'
+                  f"void {name}(uint lane: SV_GroupIndex, uint3 group: SV_GroupID) {{ "
+                  f"{call}(int(lane), int(group.x)); }}\n")
+        device = dev.get_device()
+        with dev.compiling(f"{module}.slang:{name}"):
+            loaded = device.load_module_from_source(name, source)
+            program = device.link_program([loaded], [loaded.entry_point(name)])
+            kernel = _kernels[name] = device.create_compute_kernel(program)
+    return kernel
+
 
 def max_groups() -> int | None:
     """The most thread groups a grid-barrier kernel may launch here, or None where only one may (Vulkan)."""

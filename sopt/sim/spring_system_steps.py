@@ -48,7 +48,7 @@ import slangpy as spy
 from sopt import device as dev
 from sopt import tape as tp
 from sopt.nn.batch import dummy
-from sopt.sim.grid_barrier import GridBarrier, max_groups
+from sopt.sim.grid_barrier import GridBarrier, max_groups, stepping_kernel
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ MAX_THREADS = {"forward": 1024, "backward": 512}   # by register use (see the mo
 MAX_ELEMENTS = 2**31 - 1        # int32 element offsets in the kernel
 
 _COEFFICIENTS = ("stiffness", "damping", "rest_length", "mass", "gravity")
-_kernels: dict[tuple[str, int, int, int], spy.ComputeKernel] = {}
 
 
 GRID_THREADS = (64, 128, 256)   # group sizes of the multi-group layout, by preference
@@ -89,21 +88,9 @@ def default_layout(n_particles: int, multiprocessors: int | None) -> tuple[dict[
 def _kernel(which: str, dim: int, threads: int, shared: bool, degree: int) -> spy.ComputeKernel:
     """The compute kernel ``spring_steps_<which><dim, threads, shared>`` (``which``: forward or backward), or with
     ``degree`` > 0 ``spring_steps_<which>_reg<dim, threads, degree>``."""
-    key = (which, dim, threads, int(shared), degree)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        name = f"spring_steps_{which}_{dim}_{threads}_{int(shared)}_{degree}"
-        call = (f"spring_steps_{which}_reg<{dim}, {threads}, {degree}>" if degree
-                else f"spring_steps_{which}<{dim}, {threads}, {int(shared)}>")
-        source = (f'import {_MODULE.replace("/", ".")};\n[shader("compute")]\n[numthreads({threads}, 1, 1)]\n'
-                  f"void {name}(uint lane: SV_GroupIndex, uint3 group: SV_GroupID) {{ "
-                  f"{call}(int(lane), int(group.x)); }}\n")
-        device = dev.get_device()
-        with dev.compiling(f"{_MODULE}.slang:{name}"):
-            module = device.load_module_from_source(name, source)
-            program = device.link_program([module], [module.entry_point(name)])
-            kernel = _kernels[key] = device.create_compute_kernel(program)
-    return kernel
+    call = (f"spring_steps_{which}_reg<{dim}, {threads}, {degree}>" if degree
+            else f"spring_steps_{which}<{dim}, {threads}, {int(shared)}>")
+    return stepping_kernel(_MODULE, f"spring_steps_{which}_{dim}_{threads}_{int(shared)}_{degree}", call, threads)
 
 
 def _mode(c: Any) -> int:

@@ -72,6 +72,12 @@ def make(p: dict[str, np.ndarray], case: str, boundary: str, blocking: TemporalB
 def test_steps_equal_n_steps_with_gradients(n, boundary, case):
     p = problem(SHAPE, 1)
     sim, params = make(p, case, boundary)
+    assert_steps_equal_n_steps(p, sim, params, n)
+
+
+def assert_steps_equal_n_steps(p: dict[str, np.ndarray], sim: Diffusion2D, params: dict[str, sopt.Parameter],
+                               n: int) -> None:
+    """``sim.steps(s, n)`` and n calls of step give the same field and gradients (to 1e-5), which moved."""
     want_u = rollout(sim, n, fused=False, seed=p["w"])
     want = {name: par.grad_numpy() for name, par in params.items()}
     got_u = rollout(sim, n, fused=True, seed=p["w"])
