@@ -218,7 +218,9 @@ def multiprocessor_count() -> int | None:
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), or None on Vulkan or when the driver can't tell.
 
     Kernels whose thread groups wait for each other (a grid barrier) launch at most this many groups, one per
-    multiprocessor, so that all of them are resident at once whichever device SlangPy opened."""
+    multiprocessor, so that all of them are resident at once whichever device SlangPy opened. Under CUDA MPS
+    with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` set, the process gets only that share of them
+    (:func:`mps_share`)."""
     global _multiprocessors
     if device_kind() != "cuda":
         return None
@@ -236,10 +238,22 @@ def multiprocessor_count() -> int | None:
                 if cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, device) != 0:   # MULTIPROCESSOR_COUNT
                     return None
                 fewest = value.value if fewest is None else min(fewest, value.value)
-            _multiprocessors = fewest
+            _multiprocessors = mps_share(fewest, os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
         except (OSError, AttributeError):
             return None
     return _multiprocessors
+
+
+def mps_share(count: int, percentage: str | None) -> int:
+    """The multiprocessors of ``count`` that CUDA MPS lets a client with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` =
+    ``percentage`` use (rounded down, at least 1); ``count`` when unset or not a number in (0, 100]."""
+    try:
+        share = float(percentage) if percentage is not None else 100.0
+    except ValueError:
+        return count
+    if not 0.0 < share <= 100.0:
+        return count
+    return max(1, int(count * share / 100.0))
 
 
 class BoundKernel:

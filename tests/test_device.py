@@ -73,3 +73,14 @@ def test_unwritable_cache_folder_warns_once_and_runs_without_disk_cache(tmp_path
     assert str(blocker / "cache") in r.stderr and "no GPU backend" not in r.stderr
     assert "(no disk cache)" in r.stderr
     assert blocker.read_text() == "not a folder"
+
+
+def test_mps_share_of_multiprocessors() -> None:
+    """A CUDA MPS client limited to a share of the threads gets that share of the multiprocessors for its grid
+    barriers (rounded down, at least one); an unset or meaningless percentage changes nothing."""
+    assert device.mps_share(132, None) == 132
+    assert device.mps_share(132, "50") == 66
+    assert device.mps_share(132, "33.3") == 43
+    assert device.mps_share(132, "0.1") == 1
+    for bad in ("", "abc", "0", "-5", "150"):
+        assert device.mps_share(132, bad) == 132
