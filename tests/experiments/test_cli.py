@@ -145,7 +145,7 @@ MALFORMED: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
     ("nesterov_without_momentum", {"c.toml": P + '[optimizer]\notype = "SGD"\nnesterov = true\n'}, ["{tmp}/c.toml"],
      ["config optimizer = ", "nesterov needs momentum > 0"]),
     ("scene_not_divisible", {"c.toml": P + "observations = 33\n"}, ["{tmp}/c.toml"],
-     ["config duration / dt = 1000 steps must be a whole multiple of observations=33"]),
+     ["config duration / dt = 1000 steps must be a whole multiple of observations = 33"]),
     # NaN and inf
     ("toml_nan", {"c.toml": P + "noise_std = nan\n"}, ["{tmp}/c.toml"],
      ["config noise_std = nan in file ", "must be a finite number"]),

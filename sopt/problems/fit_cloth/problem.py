@@ -66,7 +66,7 @@ import sopt
 from sopt.problems.fit_cloth.horizon_loss import HorizonLoss, horizon
 from sopt.problems.fit_cloth.smoothness import SpringSmoothness
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
-from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule
+from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule, observation_steps
 from sopt.problems.fitting.problem import Value
 from sopt.sim import SpringSystem, rollout
 from sopt.tape import Tape
@@ -131,10 +131,7 @@ class ClothConfig(FitConfig):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ClothConfig":
-        steps = round(self.duration / self.dt)
-        if steps < 1 or steps % self.observations or abs(steps * self.dt - self.duration) > 1e-9 * self.duration:
-            raise ValueError(f"duration / dt = {self.duration / self.dt:g} steps must be a whole multiple of "
-                             f"observations = {self.observations} (duration {self.duration:g} s, dt {self.dt:g} s)")
+        observation_steps(self.duration, self.dt, self.observations)
         if self.true.stiffness_variation > 0 and not self.per_spring:
             raise ValueError(f"true.stiffness_variation = {self.true.stiffness_variation:g} needs per_spring: true "
                              "(one shared stiffness cannot match a varying field)")
@@ -175,9 +172,8 @@ class FitCloth(FittingProblem):
     def __init__(self, config: ClothConfig) -> None:
         super().__init__(config)
         cfg = config
-        self.n_steps = round(cfg.duration / cfg.dt)
-        stride = self.n_steps // cfg.observations
-        self.at = [stride * (i + 1) for i in range(cfg.observations)]
+        self.at = observation_steps(cfg.duration, cfg.dt, cfg.observations)
+        self.n_steps = self.at[-1]
         self.times = np.asarray(self.at, np.float64) * cfg.dt                        # (K,) s
         rest, self.springs, self.pinned = horizontal_cloth(cfg.nx, cfg.ny, cfg.spacing)
         ends = rest[self.springs]                                                     # (S, 2, 3)

@@ -45,7 +45,8 @@ from pydantic import Field
 
 import sopt
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
-from sopt.problems.fitting.config import AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineSchedule
+from sopt.problems.fitting.config import (AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineSchedule,
+                                         observation_steps)
 from sopt.problems.fitting.horizon import horizon_fraction
 from sopt.problems.fitting.problem import START_STREAM, Value, rel_error
 from sopt.sim import Projectile, State, rollout
@@ -119,13 +120,8 @@ class FitProjectile(FittingProblem):
 
     def __init__(self, config: ProjectileConfig) -> None:
         super().__init__(config)
-        self.steps = round(config.duration / config.dt)
-        whole = abs(self.steps * config.dt - config.duration) <= 1e-9 * config.duration
-        if not whole or self.steps % config.observations != 0:
-            raise ValueError(f"config duration / dt = {config.duration / config.dt:g} steps must be a whole multiple of "
-                             f"observations={config.observations} (duration {config.duration:g} s, dt {config.dt:g} s)")
-        stride = self.steps // config.observations
-        self.at = [stride * (i + 1) for i in range(config.observations)]
+        self.at = observation_steps(config.duration, config.dt, config.observations)
+        self.steps = self.at[-1]
         self.times = np.asarray(self.at, np.float64) * config.dt            # (n_obs,) s
         self.module = sopt.load_module(HERE / "launch.slang")
         k = config.multi_start

@@ -54,6 +54,17 @@ class FitConfig(ProblemConfig):
     schedule: ScheduleConfig = Field(default_factory=WarmupCosineSchedule, description="learning-rate schedule")
 
 
+def observation_steps(duration: float, dt: float, observations: int) -> list[int]:
+    """The steps of ``observations`` evenly spaced observations over ``duration`` (s) in steps of ``dt`` (s), the
+    last at the end; ValueError unless duration / dt is a whole number of steps that ``observations`` divides."""
+    steps = round(duration / dt)
+    if steps < 1 or steps % observations or abs(steps * dt - duration) > 1e-9 * duration:
+        raise ValueError(f"config duration / dt = {duration / dt:g} steps must be a whole multiple of observations = "
+                         f"{observations} (duration {duration:g} s, dt {dt:g} s)")
+    stride = steps // observations
+    return [stride * (i + 1) for i in range(observations)]
+
+
 def load_config(schema: type[FitConfig], path: str | os.PathLike[str] | None = None,
                 overrides: dict[str, Any] | None = None) -> FitConfig:
     """The defaults of ``schema``, with the TOML or JSON file at ``path`` and then ``overrides`` (a nested dict, e.g.

@@ -52,7 +52,7 @@ from pydantic import Field, model_validator
 
 import sopt
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
-from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule
+from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule, observation_steps
 from sopt.problems.fitting.problem import Value
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
@@ -188,10 +188,7 @@ class HeatConfig(FitConfig):
                 raise ValueError(f"sensor_grid {name} = {n} must be in [1, grid = {self.grid}] (one sensor per cell)")
         if self.checker_blocks > self.grid:
             raise ValueError(f"checker_blocks = {self.checker_blocks} must be <= grid = {self.grid}")
-        steps = round(self.duration / self.dt)
-        if steps < 1 or steps % self.observations or abs(steps * self.dt - self.duration) > 1e-9 * self.duration:
-            raise ValueError(f"duration / dt = {self.duration / self.dt:g} steps must be a whole multiple of "
-                             f"observations = {self.observations} (duration {self.duration:g} s, dt {self.dt:g} s)")
+        observation_steps(self.duration, self.dt, self.observations)
         kmax = max(CONDUCTIVITY_RANGE[1], self.init.conductivity)
         bound = self.cell_size ** 2 / (4.0 * STABILITY_MARGIN * kmax)
         if self.dt > bound:
@@ -234,9 +231,8 @@ class HeatInverse(FittingProblem):
         super().__init__(config)
         g = config.grid
         self.shape = (g, g)
-        self.n_steps = round(config.duration / config.dt)
-        stride = self.n_steps // config.observations
-        self.at = [stride * (i + 1) for i in range(config.observations)]
+        self.at = observation_steps(config.duration, config.dt, config.observations)
+        self.n_steps = self.at[-1]
         self.times = np.asarray(self.at, np.float64) * config.dt                 # (K,) s
         self.u0 = checkerboard(g, config.checker_blocks, config.amplitude).astype(np.float32)
         self.truth = true_field(config.true, g)                                  # (g, g) m^2/s
