@@ -49,6 +49,19 @@ def run_problem(problem: type, argv: list[str], capsys: pytest.CaptureFixture) -
     return run_cli(["run", "--problem", problem.name, *argv], capsys)
 
 
+def assert_bad_config_refused(problem: type, override: dict, expected: str, tmp_path: pathlib.Path,
+                              capsys: pytest.CaptureFixture) -> None:
+    """``override`` as a config file through ``sopt run``: exit 2, one stderr line starting ``error: config`` that
+    contains ``expected``, and no output folder."""
+    config_file = tmp_path / "bad.json"
+    config_file.write_text(json.dumps(override), encoding="utf-8")
+    code, _, stderr = run_problem(problem, [str(config_file), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: config") and expected in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
 def assert_resume_equals_uninterrupted(problem: type, config_file: pathlib.Path, tmp_path: pathlib.Path,
                                        capsys: pytest.CaptureFixture, at: int) -> None:
     """``config_file`` run whole with ``sopt run``, and run again stopped on metrics step ``at`` (an exception, as a

@@ -18,7 +18,7 @@ from sopt.problems.fitting import load_config, run
 from sopt.sim import SpringSystem
 from tests.sim.fields_reference import central_fd
 from tests.sim.spring_system_reference import SpringParams, step as reference_step
-from tests.problems.runs import assert_resume_equals_uninterrupted, records, run_problem
+from tests.problems.runs import assert_bad_config_refused, assert_resume_equals_uninterrupted, records, run_problem
 
 # a 4 x 4 cloth, 30 steps, 3 observations: for the tests of the mechanics (not of recovery)
 TINY = {"nx": 4, "ny": 4, "duration": 0.09, "observations": 3, "steps": 6, "log_every": 2, "checkpoint_every": 3}
@@ -186,13 +186,7 @@ BAD = [
 
 @pytest.mark.parametrize("override,expected", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_a_bad_config_is_one_error_line_and_nothing_is_written(override, expected, tmp_path, capsys):
-    config_file = tmp_path / "bad.json"
-    config_file.write_text(json.dumps(override), encoding="utf-8")
-    code, _, stderr = cli([str(config_file), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2
-    lines = stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: config") and expected in lines[0], lines
-    assert not (tmp_path / "out").exists()
+    assert_bad_config_refused(FitCloth, override, expected, tmp_path, capsys)
 
 
 def test_a_dt_unstable_for_the_fit_is_refused_before_training(tmp_path, capsys):

@@ -18,7 +18,7 @@ from sopt.problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
 from tests.sim.fields_reference import central_fd, diffusion_rollout
-from tests.problems.runs import assert_resume_equals_uninterrupted, records, run_problem
+from tests.problems.runs import assert_bad_config_refused, assert_resume_equals_uninterrupted, records, run_problem
 
 # an 8 x 8 plate, 12 simulation steps, 4 observations: for the tests of the mechanics (not of recovery)
 TINY = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 0.96, "observations": 4, "steps": 6,
@@ -173,10 +173,4 @@ BAD = [
 
 @pytest.mark.parametrize("override,expected", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
 def test_a_bad_config_is_one_error_line_and_nothing_is_written(override, expected, tmp_path, capsys):
-    config_file = tmp_path / "bad.json"
-    config_file.write_text(json.dumps(override), encoding="utf-8")
-    code, _, stderr = cli([str(config_file), "--out", str(tmp_path / "out")], capsys)
-    assert code == 2
-    lines = stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: config") and expected in lines[0], lines
-    assert not (tmp_path / "out").exists()
+    assert_bad_config_refused(HeatInverse, override, expected, tmp_path, capsys)
