@@ -118,6 +118,7 @@ def test_a_scene_the_observations_do_not_divide_is_refused(tmp_path, capsys):
     config.write_text('{"observations": 33}', encoding="utf-8")
     code, _, err = run_problem(FitProjectile, [str(config), "--out", str(tmp_path / "o2")], capsys)
     assert code == 2
-    assert err.splitlines() == ["error: config duration / dt = 1000 steps must be a whole multiple of observations = 33 "
+    assert err.splitlines() == ["error: config duration / dt = 1000 steps must be a whole multiple of "
+                                "observations = 33 "
                                 "(duration 5 s, dt 0.005 s)"]
     assert not (tmp_path / "o2").exists()
