@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import slangpy as spy
 
-from sopt import device as dev
 from sopt import tape as tp
 from sopt.nn.batch import dummy_buffer
-from sopt.sim.grid_barrier import GridBarrier, max_groups, stepping_kernel
+from sopt.sim.grid_barrier import SteppingDispatch, max_groups, stepping_kernel
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -35,6 +34,7 @@ _MODULE = "sim/diffusion2d_grid_steps"
 THREADS = 512                 # diffusion2d_grid_steps.slang's MAX_THREADS
 CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~12 each)
 GRID_MIN_CELLS = 4096         # smaller grids take temporal blocking
+
 
 def _kernel(which: str, cells: int) -> spy.ComputeKernel:
     """The compute kernel ``diffusion2d_grid_<which><THREADS, cells>`` (``which``: forward or backward)."""
@@ -60,8 +60,7 @@ class Diffusion2DGridSteps:
         self.sim = sim
         H, W = sim.grid.shape
         self.layout = layout(H * W, max_groups())
-        self._barrier: GridBarrier | None = None
-        self._bound: dict[str, dev.BoundKernel] = {}
+        self._kernels = SteppingDispatch("heat_args", _ARG_FIELDS, "heat_barrier")
 
     def fits(self) -> bool:
         """Whether :meth:`run` applies here: by default on CUDA, for a grid of GRID_MIN_CELLS to 8 T
@@ -81,14 +80,7 @@ class Diffusion2DGridSteps:
     def _dispatch(self, which: str, enc: spy.CommandEncoder, args: dict[str, Any], buffers: dict[str, Any]) -> None:
         assert self.layout is not None
         groups, cells = self.layout
-        key = f"{which}_{cells}"
-        bound = self._bound.get(key)
-        if bound is None:
-            if self._barrier is None:
-                self._barrier = GridBarrier()
-            bound = self._bound[key] = dev.BoundKernel(_kernel(which, cells), heat_barrier=self._barrier.buffer)
-        self._barrier.clear(enc, groups)
-        bound.set(heat_args=_full_args({**args, "groups": groups}), **buffers).dispatch(THREADS * groups, enc)
+        self._kernels.dispatch(_kernel(which, cells), enc, THREADS, groups, args, buffers)
 
     def run(self, state: State, n: int) -> State:
         """The state ``n`` >= 1 steps after ``state`` (checked by the caller), recorded on the current tape with
@@ -151,11 +143,7 @@ class Diffusion2DGridSteps:
         return out
 
 
+# the HeatStepsArgs struct of diffusion2d_grid_steps.slang
 _ARG_FIELDS = ("H", "W", "dirichlet", "boundary_value", "r", "dt", "n_steps", "held_slots", "groups", "u_first",
                "u_held", "u_last", "kappa", "kappa_stride", "source", "source_stride", "g_last", "scratch",
                "g_first", "want_g_first", "kappa_grad", "kappa_grad_mode", "source_grad", "source_grad_mode")
-
-
-def _full_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The HeatStepsArgs struct: every field (those a pass does not use as 0)."""
-    return {name: args.get(name, 0) for name in _ARG_FIELDS}

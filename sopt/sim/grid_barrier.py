@@ -4,10 +4,13 @@ that lets a kernel loop over simulation steps itself (SpringSystem.steps, Diffus
 The kernel's groups spin on a device-wide counter, so all of them must be resident at once: :func:`max_groups`
 is one group per multiprocessor of the CUDA device (None on Vulkan, where only one group is launched: a
 software driver may run groups one after another, and the first would wait forever). The counter must be 0
-when a dispatch starts: :meth:`GridBarrier.clear` records that before each dispatch of more than one group.
+when a dispatch starts: :meth:`SteppingDispatch.dispatch` records that before each dispatch of more than one
+group.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import slangpy as spy
 
@@ -39,15 +42,30 @@ def max_groups() -> int | None:
     return count if count is not None and count >= 2 else None
 
 
-class GridBarrier:
-    """The arrival counter of one kernel's grid barrier (4 bytes), bound as ``RWStructuredBuffer<uint>``."""
+class SteppingDispatch:
+    """One simulator's stepping kernels, bound, and their grid barrier's arrival counter (4 bytes).
 
-    def __init__(self) -> None:
-        self.buffer = dev.get_device().create_buffer(
+    Each kernel takes its scalars as one uniform struct ``struct`` (the fields ``fields``, among them
+    ``groups``), the counter as the ``RWStructuredBuffer<uint>`` named ``barrier``, and ``constant`` bindings
+    (set once) besides the per-dispatch buffers."""
+
+    def __init__(self, struct: str, fields: tuple[str, ...], barrier: str, **constant: Any) -> None:
+        self.struct, self.fields = struct, fields
+        self.counter = dev.get_device().create_buffer(
             size=4, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access
             | spy.BufferUsage.copy_destination)
+        self._constant = {barrier: self.counter, **constant}
+        self._bound: dict[int, dev.BoundKernel] = {}
 
-    def clear(self, encoder: spy.CommandEncoder, groups: int) -> None:
-        """Record the counter's reset before a dispatch of ``groups`` groups (none needed for one group)."""
+    def dispatch(self, kernel: spy.ComputeKernel, encoder: spy.CommandEncoder, threads: int, groups: int,
+                 args: dict[str, Any], buffers: dict[str, Any]) -> None:
+        """Record ``kernel`` on ``groups`` groups of ``threads`` threads with the struct's fields from ``args``
+        (those missing 0) and ``buffers``; first the counter's reset, which several groups need."""
+        bound = self._bound.get(id(kernel))
+        if bound is None:
+            bound = self._bound[id(kernel)] = dev.BoundKernel(kernel, **self._constant)
         if groups > 1:
-            encoder.clear_buffer(self.buffer)
+            encoder.clear_buffer(self.counter)
+        values = {**args, "groups": groups}
+        bound.set(**{self.struct: {name: values.get(name, 0) for name in self.fields}}, **buffers)
+        bound.dispatch(threads * groups, encoder)

@@ -48,7 +48,7 @@ import slangpy as spy
 from sopt import device as dev
 from sopt import tape as tp
 from sopt.nn.batch import dummy
-from sopt.sim.grid_barrier import GridBarrier, max_groups, stepping_kernel
+from sopt.sim.grid_barrier import SteppingDispatch, max_groups, stepping_kernel
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -122,8 +122,7 @@ class FusedSpringSteps:
         self._topology = dev.get_device().create_buffer(
             size=4 * packed.size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
             data=packed)
-        self._barrier = GridBarrier()
-        self._bound: dict[tuple[str, int, int, int], dev.BoundKernel] = {}
+        self._kernels = SteppingDispatch("steps_args", _ARG_FIELDS, "steps_barrier", steps_topology=self._topology)
         self._scratch: spy.Tensor | None = None      # adjoint: G (N, 2 dim), dL/dF (2, N, dim), partial sums (G, 8)
         self._ping_pong: spy.Tensor | None = None    # outside a tape: two states
 
@@ -155,15 +154,9 @@ class FusedSpringSteps:
 
     def _dispatch(self, which: str, enc: spy.CommandEncoder, args: dict[str, Any], buffers: dict[str, Any]) -> None:
         """Record the kernel ``which`` of the current layout with ``args`` (StepsArgs fields) and ``buffers``."""
-        threads, groups, degree = self.threads[which], self.groups[which], self.register_degree(which)
-        key = (which, threads, int(self.shared), degree)
-        bound = self._bound.get(key)
-        if bound is None:
-            bound = dev.BoundKernel(_kernel(which, self.sim.dim, threads, self.shared, degree),
-                                    steps_topology=self._topology, steps_barrier=self._barrier.buffer)
-            self._bound[key] = bound
-        self._barrier.clear(enc, groups)
-        bound.set(steps_args=_full_args({**args, "groups": groups}), **buffers).dispatch(threads * groups, enc)
+        threads, groups = self.threads[which], self.groups[which]
+        kernel = _kernel(which, self.sim.dim, threads, self.shared, self.register_degree(which))
+        self._kernels.dispatch(kernel, enc, threads, groups, args, buffers)
 
     def max_steps_per_call(self, parts: int) -> int:
         """Steps whose saved states (n, parts, N, dim) stay within int32 element offsets."""
@@ -250,16 +243,11 @@ class FusedSpringSteps:
         return out
 
 
+# the StepsArgs struct of spring_system_steps.slang
 _ARG_FIELDS = (
     "n_particles", "n_steps", "rows", "parts", "save", "groups", "incident_at", "pinned_at", "dt", "ground",
-    "has_ground",
-    "x_in", "v_in", "x_out", "v_out", "saved", "scratch", "stiffness", "stiffness_stride", "damping",
+    "has_ground", "x_in", "v_in", "x_out", "v_out", "saved", "scratch", "stiffness", "stiffness_stride", "damping",
     "damping_stride", "rest_length", "rest_length_stride", "mass", "mass_stride", "gravity", "gx_out", "gv_out",
     "gx_in", "want_x", "gv_in", "want_v", "g_stiffness", "stiffness_mode", "g_damping", "damping_mode",
     "g_rest_length", "rest_length_mode", "g_mass", "mass_mode", "g_gravity", "gravity_mode",
 )
-
-
-def _full_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The StepsArgs struct: every field (those a pass does not use as 0)."""
-    return {name: args.get(name, 0) for name in _ARG_FIELDS}
