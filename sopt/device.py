@@ -211,6 +211,7 @@ def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
 
 
 _multiprocessors: int | None = None
+_multiprocessors_read = False   # the driver is asked once per process, answer or not
 
 
 def multiprocessor_count() -> int | None:
@@ -221,27 +222,35 @@ def multiprocessor_count() -> int | None:
     multiprocessor, so that all of them are resident at once whichever device SlangPy opened. Under CUDA MPS
     with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` set, the process gets only that share of them
     (:func:`mps_share`)."""
-    global _multiprocessors
+    global _multiprocessors, _multiprocessors_read
     if device_kind() != "cuda":
         return None
-    if _multiprocessors is None:
-        try:
-            cuda = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
-            count, value = ctypes.c_int(0), ctypes.c_int(0)
-            if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
-                return None
-            fewest = None
-            for ordinal in range(count.value):
-                device = ctypes.c_int(0)
-                if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
-                    return None
-                if cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, device) != 0:   # MULTIPROCESSOR_COUNT
-                    return None
-                fewest = value.value if fewest is None else min(fewest, value.value)
-            _multiprocessors = mps_share(fewest, os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
-        except (OSError, AttributeError):
-            return None
+    if not _multiprocessors_read:
+        _multiprocessors = _driver_multiprocessors()
+        if _multiprocessors is not None:
+            _multiprocessors = mps_share(_multiprocessors, os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+        _multiprocessors_read = True
     return _multiprocessors
+
+
+def _driver_multiprocessors() -> int | None:
+    """The fewest multiprocessors of the visible CUDA devices from the driver API, None if any call fails."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
+        count, value = ctypes.c_int(0), ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+            return None
+        counts = []
+        for ordinal in range(count.value):
+            device = ctypes.c_int(0)
+            if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+                return None
+            if cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, device) != 0:   # MULTIPROCESSOR_COUNT
+                return None
+            counts.append(value.value)
+        return min(counts)
+    except (OSError, AttributeError):
+        return None
 
 
 def mps_share(count: int, percentage: str | None) -> int:
