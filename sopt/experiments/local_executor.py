@@ -7,24 +7,97 @@ exits as "interrupted", and the next sweep resumes it (a second Ctrl-C forwards 
 it resumes from its last checkpoint). With ``gpus``, each trial gets ``CUDA_VISIBLE_DEVICES`` set
 to one of them, round robin over the GPUs with a free slot (``trials_per_gpu`` slots each). The pruner reads every
 running trial's metrics.jsonl each poll and stops the trials it condemns with SIGTERM (status "pruned").
+
+No trial outlives its sweep unsupervised: on Linux each trial asks the kernel for SIGTERM when the sweep process
+dies (``prctl(PR_SET_PDEATHSIG)``), so a ``kill -9`` of the sweep (or a hang-up that kills it) makes every trial
+checkpoint and end "interrupted", and the next sweep resumes it. A trial process that an earlier sweep process
+left still running (it is still writing its checkpoint, or the system has no PDEATHSIG) is adopted by the next
+sweep, which says so, counts it against ``--jobs``, stops it on a signal or for the pruner, and records (or, if
+it ended "interrupted", resumes) it when it exits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import json
 import os
 import pathlib
+import select
 import signal
 import subprocess
+import sys
 import time
 from typing import Callable, Sequence
 
 from sopt.experiments.metric_curve import MetricCurve
 from sopt.experiments.prune import MedianStoppingRule, SuccessiveHalving
-from sopt.experiments.sweep_dir import SweepDir, Trial, start_action, trial_outcome
+from sopt.experiments.run_dir import ENV_FILE
+from sopt.experiments.sweep_dir import SweepDir, Trial, live_trial_pid, start_action, trial_outcome
 
 TrialCommand = Callable[[str, pathlib.Path, str, Sequence[str]], list[str]]
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1          # linux/prctl.h
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGTERM when this process dies (Linux ``PR_SET_PDEATHSIG``; the
+    child then checkpoints and ends "interrupted" like on Ctrl-C); None where the kernel has no such request.
+    The parent may die between the fork and the request: the child then signals itself at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl     # looked up here: the child only calls it
+    parent = os.getpid()
+
+    def request() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return request
+
+
+class AdoptedProcess:
+    """A trial process that an earlier sweep process started and left running, watched by its pid (it is no child
+    of this process, so its exit status is unknown: ``returncode`` stays None). On Linux a pidfd holds on to the
+    process itself, so a signal never reaches another process that reuses the pid."""
+
+    returncode = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):         # no pidfd (not Linux >= 5.3): the pid itself, as os.kill does
+            self._fd = None
+        self._exited = False
+
+    def poll(self) -> int | None:
+        """None while the process runs; 0 once it has ended (as Popen.poll, the status itself being unknown)."""
+        if not self._exited:
+            if self._fd is not None:
+                self._exited = bool(select.select([self._fd], [], [], 0)[0])   # readable once it has exited
+            else:
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:
+                    self._exited = True
+                except PermissionError:
+                    pass
+            if self._exited and self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        return 0 if self._exited else None
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            if self._fd is not None:
+                signal.pidfd_send_signal(self._fd, signum)
+            else:
+                os.kill(self.pid, signum)
+
+    def wait(self) -> None:
+        while self.poll() is None:
+            time.sleep(POLL_S)
 
 
 class GpuSlots:
@@ -42,8 +115,12 @@ class GpuSlots:
     def capacity(self) -> int:
         return len(self.gpus) * self.per_gpu
 
-    def take(self) -> str | None:
-        """The next GPU after the last one handed out that has a free slot (None if all are full)."""
+    def take(self, gpu: str | None = None) -> str | None:
+        """A slot on ``gpu`` when it is one of these with a slot free (an adopted trial's GPU), else on the next GPU
+        after the last one handed out that has a free slot (None if all are full)."""
+        if gpu in self.busy and self.busy[gpu] < self.per_gpu:
+            self.busy[gpu] += 1
+            return gpu
         for i in range(len(self.gpus)):
             gpu = self.gpus[(self._next + i) % len(self.gpus)]
             if self.busy[gpu] < self.per_gpu:
@@ -59,11 +136,16 @@ class GpuSlots:
 @dataclasses.dataclass
 class _Running:
     trial: Trial
-    process: subprocess.Popen
+    process: subprocess.Popen | AdoptedProcess
     gpu: str | None
     started: float
     stopped_for: str | None = None
     reason: str | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (None for an adopted process, whose status cannot be known)."""
+        return None if isinstance(self.process, AdoptedProcess) else self.process.returncode
 
 
 class LocalExecutor:
@@ -83,15 +165,16 @@ class LocalExecutor:
         self.retry_failed = retry_failed
         self.log = log
         self.interrupted = False
+        self._signal: str | None = None          # the signal's name, logged by the loop (not in the handler)
         self._forwarded = False
         self._hurry = self._hurried = False
         self.curves: dict[str, MetricCurve] = {}
 
     # -- signals ---------------------------------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame) -> None:
+        # only flags: the handler may run in the middle of a log line, which it must not write into
         if not self.interrupted:
-            self.log(f"{signal.Signals(signum).name}: stopping the running trials (each writes a checkpoint; "
-                     f"a second Ctrl-C stops them at once, losing the steps since their last checkpoint)")
+            self._signal = signal.Signals(signum).name
         elif signum == signal.SIGINT:
             self._hurry = True
         self.interrupted = True
@@ -120,7 +203,7 @@ class LocalExecutor:
         with open(out_log, "ab") as out, open(err_log, "ab") as err:
             try:
                 process = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                           start_new_session=True)
+                                           start_new_session=True, preexec_fn=die_with_parent())
             except OSError as exc:       # e.g. a missing interpreter: this trial fails, the sweep goes on
                 if gpu is not None:
                     self.slots.give_back(gpu)
@@ -128,11 +211,34 @@ class LocalExecutor:
                 self.sweep.save()
                 self.log(f"{trial.id} failed: {trial.error}")
                 return None
+        running = _Running(trial, process, gpu, time.monotonic())
         trial.status, trial.error = "running", None
-        self.sweep.save()
+        try:
+            self.sweep.save()
+        except OSError:        # e.g. a full disk: the sweep ends, and this trial with it
+            self._stop(running, "interrupt")
+            process.wait()
+            raise
         where = f" on GPU {gpu}" if gpu is not None else ""
         self.log(f"{trial.id} {'resumed' if action == 'resume' else 'started'}{where}: {' '.join(trial.overrides)}")
-        return _Running(trial, process, gpu, time.monotonic())
+        return running
+
+    def _adopt(self, trial: Trial, pid: int) -> _Running:
+        """Watches ``trial``'s process ``pid``, left running by an earlier sweep process, as if it were started here
+        (on the GPU its env.json names when that is one of ours)."""
+        gpu = None
+        if self.slots:
+            try:
+                env = json.loads((self.sweep.trial_dir(trial) / ENV_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                env = None
+            gpu = self.slots.take(env.get("cuda_visible_devices") if isinstance(env, dict) else None)
+        self._curve(trial).read()
+        trial.status, trial.error = "running", None
+        self.sweep.save()
+        self.log(f"{trial.id} adopted: its process {pid}, started by an earlier sweep process, still runs; "
+                 f"this sweep watches it until it ends")
+        return _Running(trial, AdoptedProcess(pid), gpu, time.monotonic())
 
     def _finish(self, running: _Running) -> None:
         trial = running.trial
@@ -140,7 +246,7 @@ class LocalExecutor:
             self.slots.give_back(running.gpu)
         self._curve(trial).read()
         status, error, metrics = trial_outcome(self.sweep.trial_dir(trial), self.sweep.log_paths(trial)[1],
-                                               running.process.returncode, running.stopped_for)
+                                               running.returncode, running.stopped_for)
         trial.status, trial.error, trial.metrics = status, error, metrics
         self.sweep.save()
         value = metrics.get(self.metric)
@@ -176,6 +282,11 @@ class LocalExecutor:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         running: list[_Running] = []
         try:
+            for trial in list(todo):        # processes a killed sweep left running come first, beyond --jobs
+                pid = live_trial_pid(self.sweep.trial_dir(trial))
+                if pid is not None:
+                    todo.remove(trial)
+                    running.append(self._adopt(trial, pid))
             while todo or running:
                 while todo and not self.interrupted and len(running) < self.jobs:
                     trial = todo.pop(0)
@@ -192,6 +303,8 @@ class LocalExecutor:
                     todo = []
                     if not self._forwarded:
                         self._forwarded = True
+                        self.log(f"{self._signal}: stopping the running trials (each writes a checkpoint; a second "
+                                 f"Ctrl-C stops them at once, losing the steps since their last checkpoint)")
                         for r in running:
                             self._stop(r, "interrupt")
                     if self._hurry and not self._hurried:    # a second Ctrl-C: sopt run exits at once on it
@@ -204,6 +317,9 @@ class LocalExecutor:
                 for r in [r for r in running if r.process.poll() is not None]:
                     running.remove(r)
                     self._finish(r)
+                    if (isinstance(r.process, AdoptedProcess) and r.trial.status == "interrupted"
+                            and not self.interrupted):
+                        todo.insert(0, r.trial)     # stopped when its sweep died: resumed by this one
                 if running:
                     time.sleep(POLL_S)
         finally:
@@ -211,7 +327,11 @@ class LocalExecutor:
                 self._stop(r, "interrupt")
             for r in running:
                 r.process.wait()
-                self._finish(r)
+            for r in running:
+                try:
+                    self._finish(r)
+                except OSError:      # sweep.json cannot be written: the exception on its way out says why
+                    pass
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return self.interrupted

@@ -14,14 +14,15 @@ space or config-file error (one ``error: ...`` line on stderr, before any trial 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import pathlib
 import re
 import shlex
 import sys
-import tomllib
 from typing import Any, Callable, Sequence
 
+from sopt.config.files import read_config_file
+from sopt.config.schema import ConfigError
 from sopt.experiments.local_executor import LocalExecutor, TrialCommand
 from sopt.experiments.prune import make_pruner
 from sopt.experiments.cli import CommandParser
@@ -154,21 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- the config file -----------------------------------------------------------------------------------------------
 def _read_config(path: pathlib.Path) -> tuple[str, dict[str, Any]]:
-    """(text, data) of a TOML or JSON config (by suffix; TOML otherwise)."""
+    """(text, data) of a TOML or JSON config, read as sopt run reads it (sopt.config.files.read_config_file: a
+    regular file of at most 4 MiB, nesting bounded; a FIFO or /dev/zero is refused at once, never read)."""
+    if not os.path.lexists(path):
+        raise _UsageError(f"CONFIG {path}: no such file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _UsageError(f"CONFIG {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"CONFIG {path}: cannot be read ({exc})") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
-        raise _UsageError(f"CONFIG {path}: not valid {kind} ({' '.join(str(exc).split())})") from None
-    if not isinstance(data, dict):
-        raise _UsageError(f"CONFIG {path}: the top level must be a table of keys")
-    return text, data
+        return read_config_file(path)
+    except ConfigError as exc:
+        raise _UsageError(str(exc)) from None
 
 
 def _problem_name(path: pathlib.Path, data: dict[str, Any]) -> str:
@@ -323,12 +317,17 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
             sweep.lock()
         except (ValueError, OSError) as exc:
             raise _UsageError(str(exc)) from None
+        try:
+            sweep.save()           # a full disk or a read-only folder shows here, before any trial runs
+        except OSError as exc:
+            sweep.unlock()
+            raise _UsageError(f"sweep directory {sweep.path}: cannot write {sweep.file.name} "
+                              f"({exc.strerror or exc})") from None
     except (_UsageError, SpaceError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
 
     try:
-        sweep.save()
         counts = sweep.counts()
         log(f"sweep directory: {sweep.path}")
         log(f"{space.describe()}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
@@ -352,6 +351,11 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
         else:
             log(f"sweep done ({summary}): {sweep.path}; compare the runs with: sopt report {sweep.path}")
         return 0
+    except OSError as exc:     # sweep.json or a log cannot be written (disk full): the trials were stopped
+        print(f"error: sweep directory {sweep.path}: cannot write {exc.filename or 'its files'} "
+              f"({exc.strerror or exc}); its running trials were stopped; resume with: "
+              f"{_resume_command(args, config, sweep.path)}", file=sys.stderr)
+        return 2
     finally:
         sweep.unlock()
 

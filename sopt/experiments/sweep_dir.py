@@ -196,6 +196,26 @@ def trial_outcome(run_dir: pathlib.Path, stderr_log: pathlib.Path, returncode: i
                                               f"{run_status!r}", metrics
 
 
+def _runs_in(pid: int, run_dir: pathlib.Path) -> bool:
+    """Whether process ``pid``'s command line names ``run_dir`` (as a trial's ``--out DIR`` or ``resume DIR``
+    does), so a pid reused by another process is not taken for the trial's; True where /proc cannot tell."""
+    try:
+        argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return not pathlib.Path("/proc/self").exists()
+    return os.fsencode(str(run_dir)) in argv
+
+
+def live_trial_pid(run_dir: pathlib.Path) -> int | None:
+    """The pid of the process still running the trial in ``run_dir`` (its summary.json says "running", and the
+    pid it names is alive on this host and runs this directory), or None."""
+    summary = read_summary(run_dir) or {}
+    pid = summary.get("pid")
+    if summary.get("status") == "running" and run_alive(run_dir, pid) and _runs_in(pid, run_dir):
+        return pid
+    return None
+
+
 def _move_aside(run_dir: pathlib.Path) -> pathlib.Path:
     """Renames ``run_dir`` to the first free ``<name>.old-N`` (nothing is deleted); returns the new path."""
     n = 1
@@ -227,8 +247,8 @@ def start_action(sweep: SweepDir, trial: Trial, retry_failed: bool) -> str | Non
             trial.error = " ".join(str(summary.get("error") or "the run failed").split())
             if not retry_failed:
                 return None
-        elif status == "running" and run_alive(run_dir, summary.get("pid")):
-            # an earlier sweep process was killed and left this trial running: leave it to finish
+        elif status == "running" and live_trial_pid(run_dir) is not None:
+            # an earlier sweep process was killed and left this trial running: not started twice
             trial.status = "running"
             trial.error = (f"still running (process {summary.get('pid')}) from an earlier sweep process; "
                            f"run the sweep again once it has ended")
