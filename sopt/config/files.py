@@ -15,6 +15,7 @@ from typing import Any
 
 import tomli_w
 
+from sopt import atomic_write
 from sopt.config.schema import ConfigError, parse_json
 
 FORMATS = (".toml", ".json")
@@ -79,15 +80,10 @@ def dumps_toml(data: dict[str, Any]) -> str:
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """``text`` into ``path`` through a temporary file in the same folder and a rename: a reader (or a crash)
-    never sees half a file, and the old file stays until the new one is whole."""
-    path = pathlib.Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``text`` into ``path`` through a fresh temporary file in the same folder and a rename
+    (:func:`sopt.atomic_write.write_text`): a reader (or a crash) never sees half a file, the old file stays until
+    the new one is whole, and a link at ``path`` is replaced rather than written through."""
+    atomic_write.write_text(path, text)
 
 
 def write_toml(path: str | os.PathLike[str], data: dict[str, Any]) -> None:

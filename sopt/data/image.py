@@ -12,6 +12,7 @@ import pathlib
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from sopt import atomic_write
 from sopt.validation import as_real_array, check_int
 
 
@@ -44,7 +45,8 @@ def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.
 
 
 def save_image(path: str | os.PathLike[str], image: np.ndarray) -> None:
-    """Write an ``(H, W, 3)`` (or ``(H, W)``) float image in [0, 1] as an 8-bit PNG (values clipped)."""
+    """Write an ``(H, W, 3)`` (or ``(H, W)``) float image in [0, 1] as an 8-bit PNG (values clipped), atomically
+    (:func:`sopt.atomic_write.write_image`: a link at ``path`` is replaced, not followed)."""
     array = as_real_array(image, "image")
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (1, 3, 4)):
         raise ValueError(f"image must have shape (H, W), (H, W, 3) or (H, W, 4), got {array.shape}")
@@ -54,7 +56,8 @@ def save_image(path: str | os.PathLike[str], image: np.ndarray) -> None:
         raise ValueError(f"image holds {int((~np.isfinite(array)).sum())} NaN/Inf value(s); cannot save it")
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.round(np.clip(array, 0.0, 1.0) * 255.0).astype(np.uint8)).save(target, format="PNG")
+    image_8bit = Image.fromarray(np.round(np.clip(array, 0.0, 1.0) * 255.0).astype(np.uint8))
+    atomic_write.write_image(target, image_8bit, format="PNG")
 
 
 def generated_image(size: int = 64) -> np.ndarray:

@@ -24,6 +24,7 @@ import shutil
 import sys
 from typing import Sequence
 
+from sopt import atomic_write
 from sopt.experiments import report_table, tensorboard_export
 from sopt.experiments.report_table import ReportTable
 from sopt.experiments.run_records import Collection, NoRunsError, collect_runs
@@ -202,8 +203,8 @@ def report_main(argv: list[str]) -> int:
         for entry in earlier:                       # only an earlier report's files (check_output_folder)
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
         plots = [] if args.no_plots else write_plots(table, out)
-        (out / "report.md").write_text(report_table.markdown(table, args.dirs, plots), encoding="utf-8")
-        (out / "report.csv").write_text(report_table.csv_text(table), encoding="utf-8", newline="")
+        atomic_write.write_text(out / "report.md", report_table.markdown(table, args.dirs, plots))
+        atomic_write.write_text(out / "report.csv", report_table.csv_text(table))
         print(f"wrote {out / 'report.md'}, report.csv" + "".join(f", {p.name}" for p in plots))
         if args.tensorboard:
             logdir = out / TENSORBOARD_FOLDER

@@ -8,6 +8,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any
 
+from sopt import atomic_write
 from sopt.train.callback import Callback
 from sopt.validation import check_bool, check_path
 
@@ -27,7 +28,9 @@ class JSONLLogger(Callback):
     per metrics step to ``path`` and, when training ends, ``{"step": ..., "event": "end", "reason": ...}``.
 
     Each line is written and flushed as it comes, so the file is complete up to the last metrics step even if
-    the process dies. ``append=False`` starts a new file at ``fit``; True continues one (for resumed runs).
+    the process dies. ``append=False`` starts a new file at ``fit`` (atomically: a link at ``path`` is replaced,
+    not followed); True continues one (for resumed runs). A line is never appended through a symbolic link: one
+    planted at ``path`` meanwhile is an OSError naming the file (:func:`sopt.atomic_write.append_text`).
     """
 
     order = 80
@@ -39,13 +42,12 @@ class JSONLLogger(Callback):
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps({k: _json_safe(v) for k, v in record.items()}, allow_nan=False)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        atomic_write.append_text(self.path, line + "\n")
 
     def on_train_start(self, trainer: "Trainer") -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.append:
-            self.path.write_text("", encoding="utf-8")
+            atomic_write.write_text(self.path, "")
 
     def on_metrics(self, trainer: "Trainer", metrics: dict[str, Any]) -> None:
         self._write(metrics)

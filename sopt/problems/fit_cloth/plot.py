@@ -11,6 +11,7 @@ matplotlib.use("Agg")   # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from sopt import atomic_write  # noqa: E402
 from sopt.problems.fit_cloth.smoothness import family_shapes  # noqa: E402
 
 FAMILIES = ("horizontal", "vertical", "shear /", "shear \\")
@@ -44,7 +45,7 @@ def plot_cloth(path: pathlib.Path, times: np.ndarray, observed: np.ndarray, fitt
         ax.set_title(f"t = {times[i]:.3g} s", fontsize=9)
     fig.suptitle("cloth: observed particles (blue dots), fitted cloth (orange wireframe)")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    atomic_write.write_figure(path, fig, dpi=90)
     plt.close(fig)
     return path
 
@@ -82,6 +83,6 @@ def plot_stiffness_field(path: pathlib.Path, x0: np.ndarray, springs: np.ndarray
     field_error = float(np.linalg.norm(fitted - true) / np.linalg.norm(true))
     fig.suptitle(f"per-spring stiffness: ||fitted - true|| / ||true|| = {100 * field_error:.3f}% "
                  f"({true.size} springs; top row of each grid = the pinned edge)")
-    fig.savefig(path, dpi=90)
+    atomic_write.write_figure(path, fig, dpi=90)
     plt.close(fig)
     return path

@@ -44,6 +44,7 @@ import slangpy as spy
 from pydantic import Field
 
 import sopt
+from sopt import atomic_write
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
 from sopt.problems.fitting.config import (AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineSchedule,
                                          observation_steps)
@@ -277,6 +278,6 @@ class FitProjectile(FittingProblem):
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
         path = out_dir / "trajectories.png"
-        fig.savefig(path, dpi=100)
+        atomic_write.write_figure(path, fig, dpi=100)
         plt.close(fig)
         return [path]

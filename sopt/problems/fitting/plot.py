@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from sopt import atomic_write
+
 
 def _series(history: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of ``key`` over ``history``; values (steps,) for numbers, (steps, n) for lists."""
@@ -69,5 +71,5 @@ def plot_history(history: list[dict[str, Any]], true: dict[str, Any], units: dic
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)

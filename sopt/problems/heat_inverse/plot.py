@@ -11,6 +11,7 @@ matplotlib.use("Agg")   # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from sopt import atomic_write  # noqa: E402
 
 def _image(ax: plt.Axes, field: np.ndarray, side: float, **kw: object) -> matplotlib.image.AxesImage:
     """``field`` (rows from the bottom) over the plate [0, side]^2 (m)."""
@@ -51,7 +52,7 @@ def plot_fields(path: pathlib.Path, true: np.ndarray, fitted: np.ndarray, u0: np
         ax.set_xlabel("x (m)")
         ax.set_ylabel("y (m)")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    atomic_write.write_figure(path, fig, dpi=90)
     plt.close(fig)
     return path
 
@@ -72,6 +73,6 @@ def plot_readings(path: pathlib.Path, times: np.ndarray, observed: np.ndarray, f
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)
     return path

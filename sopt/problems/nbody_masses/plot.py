@@ -10,6 +10,7 @@ matplotlib.use("Agg")   # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from sopt import atomic_write  # noqa: E402
 
 def plot_orbits(path: str | os.PathLike[str], observed: np.ndarray, fitted: np.ndarray, initial: np.ndarray) -> None:
     """Write ``path`` (PNG): per body, the observed positions (dots, (K, N, 2)), the trajectory of the fitted
@@ -34,7 +35,7 @@ def plot_orbits(path: str | os.PathLike[str], observed: np.ndarray, fitted: np.n
     ax.legend(loc="best", fontsize=8)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)
 
 
@@ -66,5 +67,5 @@ def plot_masses(path: str | os.PathLike[str], true: np.ndarray, fitted: np.ndarr
     bottom.legend(fontsize=8)
     bottom.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
+from sopt import atomic_write  # noqa: E402
 from sopt.problems.neural_controller.robot import Robot  # noqa: E402
 
 
@@ -67,7 +68,7 @@ def plot_filmstrip(path: str | os.PathLike[str], robot: Robot, ground: float, ti
     fig.suptitle("gait (dotted: the centre at the start; red: actuated springs; ground ticks every 0.05 m)",
                  fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write.write_figure(path, fig, dpi=110)
     plt.close(fig)
 
 
@@ -94,7 +95,7 @@ def write_gif(path: str | os.PathLike[str], robot: Robot, ground: float, frames:
         images.append(Image.open(buffer).convert("P", palette=Image.Palette.ADAPTIVE))
     # real time, but no faster than 50 ms a frame (GIF viewers round shorter delays up or ignore them)
     duration = max(50, int(round(1000 * (times[1] - times[0])))) if len(times) > 1 else 100
-    images[0].save(path, save_all=True, append_images=images[1:], duration=duration, loop=0)
+    atomic_write.write_image(path, images[0], save_all=True, append_images=images[1:], duration=duration, loop=0)
 
 
 def plot_distance(path: str | os.PathLike[str], history: list[dict[str, Any]], before: float, title: str = "") -> None:
@@ -111,5 +112,5 @@ def plot_distance(path: str | os.PathLike[str], history: list[dict[str, Any]], b
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)

@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from sopt import atomic_write
+
 FIGSIZE, DPI = (8.4, 3.0), 100   # 840 x 300 pixels
 
 
@@ -41,4 +43,4 @@ def plot_curves(history: Sequence[dict[str, Any]], path: str | os.PathLike[str])
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), format="png", dpi=DPI)
+    atomic_write.write_figure(path, fig, format="png", dpi=DPI)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from sopt import atomic_write
 from sopt.config.schema import defaults, merge, validate
 from sopt.problems.neural_field_image.config import NeuralFieldImageConfig
 from sopt.problems.neural_field_image.problem import NeuralFieldImage
@@ -49,7 +50,7 @@ def fit_image(image: np.ndarray, config: NeuralFieldImageConfig | dict[str, Any]
     out = pathlib.Path(out_dir) if out_dir is not None else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_FILE).write_text(json.dumps(config.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+        atomic_write.write_text(out / CONFIG_FILE, json.dumps(config.model_dump(mode="json"), indent=2) + "\n")
         callbacks += [JSONLLogger(out / METRICS_FILE), Checkpoint(out / CHECKPOINT_FILE, every=config.checkpoint_every)]
     trainer = Trainer(**parts, callbacks=callbacks, log_every=config.log_every, progress=progress)
     start = time.perf_counter()
