@@ -5,11 +5,47 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from typing import Any, Iterable
 
 import numpy as np
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)   # the smallest normal float32
+
+
+def float32_problem(value: float, key: str) -> str | None:
+    """Why a number the GPU reads as float32 would not mean what it says there, or None when it does.
+
+    The kernels read every hyperparameter as float32: a nonzero ``value`` that float32 rounds to 0 or to a
+    subnormal (which GPUs may flush to 0) silently turns off what it scales (``lr=1e-50`` never moves a
+    parameter), and one it rounds to Inf spoils every update. 0 itself, and every value float32 stores as a
+    normal number (judged after rounding, as ``numpy.float32`` rounds), are fine. ``key`` names the value in
+    the allowed range of the message.
+    """
+    if value == 0.0 or not math.isfinite(value):   # NaN/Inf are the finite-value checks' business
+        return None
+    with np.errstate(over="ignore", under="ignore"):
+        stored = float(np.float32(value))
+    if math.isinf(stored):
+        problem = "float32 stores it as inf"
+    elif stored == 0.0:
+        problem = "float32 stores it as 0 (subnormal or zero)"
+    elif abs(stored) < _FLOAT32_TINY:
+        problem = f"float32 stores it as the subnormal {stored:.7g}, which the GPU may flush to 0"
+    else:
+        return None
+    shown = key if re.fullmatch(r"[\w.\[\]]+", key) else "value"   # |lr|, |betas[0]|; not a whole phrase
+    return f"{problem}; allowed: 0 or {_FLOAT32_TINY:.8g} <= |{shown}| <= {_FLOAT32_MAX:.8g}"
+
+
+def check_float32(value: float, key: str, owner: str = "") -> float:
+    """``value`` if it is 0 or a normal float32 (see :func:`float32_problem`), else ValueError in one line:
+    ``"<owner> <key> = <value>: float32 stores it as ...; allowed: 0 or 1.1754944e-38 <= |key| <= 3.4028235e+38"``."""
+    problem = float32_problem(value, key)
+    if problem is not None:
+        raise ValueError(f"{owner + ' ' if owner else ''}{key} = {value!r}: {problem}")
+    return value
 
 
 def as_real_array(value: Any, name: str) -> np.ndarray:
@@ -73,8 +109,9 @@ def as_float32_array(value: Any, name: str, shape: tuple[int, ...] | None = None
 
 
 def check_float(value: Any, name: str, low: float | None = None, high: float | None = None,
-                low_inclusive: bool = True, high_inclusive: bool = True) -> float:
-    """``value`` as a finite float within the given bounds, else ValueError naming ``name`` and the allowed range.
+                low_inclusive: bool = True, high_inclusive: bool = True, float32: bool = False) -> float:
+    """``value`` as a finite float within the given bounds, else ValueError naming ``name`` and the allowed range;
+    with ``float32`` (a value a kernel reads) it must also be 0 or a normal float32 (:func:`check_float32`).
 
     Accepts real numbers (int, float, numpy integers and floats, 0-d numeric arrays); bools, strings, None and
     anything else are rejected rather than converted (``float("0.01")`` and ``float(True)`` would succeed).
@@ -93,7 +130,7 @@ def check_float(value: Any, name: str, low: float | None = None, high: float | N
         hi = "inf" if high is None else f"{high}"
         interval = f"{'[' if low_inclusive and low is not None else '('}{lo}, {hi}{']' if high_inclusive and high is not None else ')'}"
         raise ValueError(f"{name} must be in {interval}, got {value!r}")
-    return result
+    return check_float32(result, name) if float32 else result
 
 
 def check_int(value: Any, name: str, low: int | None = None) -> int:

@@ -20,7 +20,10 @@ import os
 import pathlib
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from sopt.validation import float32_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,10 +37,30 @@ class ConfigError(ValueError):
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: unknown keys forbidden, strict types, finite floats, frozen values."""
+    """Base of every config model: unknown keys forbidden, strict types, finite floats, frozen values, and every
+    float (also inside lists, tuples and dicts) 0 or a normal float32: the kernels read them as float32, where
+    ``learning_rate = 1e-50`` would be 0 and ``3.5e38`` Inf (:func:`sopt.validation.float32_problem`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True,
                               validate_default=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _normal_float32(cls, value: Any, info: ValidationInfo) -> Any:
+        # after each field's own type and bounds: its error line names the dotted key (schema._describe)
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, float):
+                problem = float32_problem(item, str(info.field_name))
+                if problem is not None:
+                    message = problem if item is value else f"its element {item!r}: {problem}"
+                    raise PydanticCustomError("float32", "{message}", {"message": message})
+            elif isinstance(item, (list, tuple)):
+                stack.extend(reversed(item))   # the first offending element is the one reported
+            elif isinstance(item, dict):
+                stack.extend(reversed(list(item.values())))
+        return value
 
 
 # -- merging and parsing -------------------------------------------------------------------------------------------

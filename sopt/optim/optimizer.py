@@ -4,8 +4,9 @@ A step is a fixed number of dispatches over the whole flat arena, whatever the n
 heart is the optimiser's update kernel: it reads each gradient, writes zero in its place (zero-on-step) and,
 unless the step is skipped, applies the update rule to values and state. A step is *non-finite* when a
 gradient holds a NaN/Inf, or when the values or state the update computes do (an update that overflows
-float32, e.g. Adam with ``lr=1e40``: a finite lr, so accepted, whose result is not). Around the update, by
-options:
+float32, e.g. SGD with ``lr=1e30`` on a gradient of 1e10, or an lr set to 1e40 in ``param_groups`` after
+construction: the constructor and ``load_state_dict`` refuse hyperparameters that float32 stores as Inf, 0 or a
+subnormal, but not every overflow they cause). Around the update, by options:
 
 * ``skip_nonfinite=False``, no ``max_grad_norm``: the update alone, in place, checking nothing. One dispatch.
 * ``skip_nonfinite`` (the default), ``double_buffer=True`` (the default): the update reads values and state
@@ -55,7 +56,7 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.optim.arena import ParameterArena
 from sopt.parameter import Parameter, parameters_of
-from sopt.validation import as_float32_array, check_bool, check_float, check_int
+from sopt.validation import as_float32_array, check_bool, check_float, check_float32, check_int
 
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
 MAX_GROUPS = 16        # parameter groups one dispatch handles
@@ -98,7 +99,8 @@ class Optimizer:
             never reads it during ``step``.
 
     Every hyperparameter is type-checked as well as range-checked (ValueError naming it): numbers must be
-    int or float (not bool or str), flags True or False.
+    int or float (not bool or str), flags True or False; a nonzero number must be a normal float32 (not one
+    float32 stores as 0, a subnormal or Inf), here and in :meth:`load_state_dict`.
     """
 
     kernel_module: ClassVar[str]
@@ -109,7 +111,7 @@ class Optimizer:
                  skip_nonfinite: bool = True, double_buffer: bool = True, poll_every: int = 64) -> None:
         # every option is checked before the first parameter group is taken
         if max_grad_norm is not None:
-            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
+            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False, float32=True)
         skip_nonfinite = check_bool(skip_nonfinite, "skip_nonfinite")
         double_buffer = check_bool(double_buffer, "double_buffer")
         poll_every = check_int(poll_every, "poll_every", low=0)
@@ -163,8 +165,21 @@ class Optimizer:
             raise ValueError(f"param group {len(self.param_groups)} has no parameters")
         if len(self.param_groups) >= MAX_GROUPS:
             raise ValueError(f"at most {MAX_GROUPS} parameter groups are supported, got more")
-        self.check_group(full)
+        self._check_group_float32(full)
         self.param_groups.append(full)
+
+    def _check_group_float32(self, group: dict[str, Any]) -> None:
+        """:meth:`check_group`, then every float hyperparameter of ``group`` (each element of a tuple such as
+        ``betas``) must be 0 or a normal float32: the kernel reads them as float32, where ``lr=1e-50`` would be 0
+        (no step at all) and ``lr=1e39`` Inf (every step spoilt). ValueError naming the key and the range."""
+        self.check_group(group)
+        for key, value in group.items():
+            if key == "params":
+                continue
+            items = list(enumerate(value)) if isinstance(value, tuple) else [(None, value)]
+            for i, item in items:
+                if isinstance(item, float):
+                    check_float32(item, key if i is None else f"{key}[{i}]", owner=type(self).__name__)
 
     def check_group(self, group: dict[str, Any]) -> None:
         """Validate a group's hyperparameters (ValueError naming the argument and value) and store them as
@@ -435,7 +450,7 @@ class Optimizer:
 
         max_grad_norm = state_dict.get("max_grad_norm", self.max_grad_norm)
         if max_grad_norm is not None:
-            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False)
+            max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False, float32=True)
         skip_nonfinite = check_bool(state_dict.get("skip_nonfinite", self.skip_nonfinite), "skip_nonfinite")
         step = check_int(state_dict.get("step", 0), "step", low=0)
         skipped = check_int(state_dict.get("skipped_steps", 0), "skipped_steps", low=0)
@@ -461,9 +476,10 @@ class Optimizer:
         group = {**mine, **copy.deepcopy({key: v for key, v in saved.items() if key != "params"}),
                  "params": mine["params"]}
         try:
-            self.check_group(group)   # may normalise values (e.g. betas to a tuple): it works on the copy
             for key in SCHEDULE_GROUP_KEYS & set(saved):
                 group[key] = check_float(group[key], key)
+            # may normalise values (e.g. betas to a tuple): it works on the copy
+            self._check_group_float32(group)
         except ValueError as exc:
             raise ValueError(f"param group {k} of the state_dict: {exc}") from None
         return group

@@ -336,14 +336,15 @@ def _overflow_kwargs(cls):
                                   "max_grad_norm, double_buffer=False", "skip_nonfinite=False"])
 @pytest.mark.parametrize("cls", ALL)
 def test_update_that_overflows_is_a_nonfinite_step(cls, mode):
-    """lr=1e40 (finite, so accepted) drives every update to +-inf/NaN. Double-buffered modes undo the step and
-    count it in skipped_steps; in-place ones cannot undo it and count it in nonfinite_results with a warning;
-    skip_nonfinite=False checks nothing."""
+    """lr=1e40, set in param_groups (the constructor refuses an lr float32 stores as Inf), drives every update to
+    +-inf/NaN. Double-buffered modes undo the step and count it in skipped_steps; in-place ones cannot undo it and
+    count it in nonfinite_results with a warning; skip_nonfinite=False checks nothing."""
     options = {"default": {}, "max_grad_norm": {"max_grad_norm": 1e9},
                "double_buffer=False": {"double_buffer": False},
                "max_grad_norm, double_buffer=False": {"max_grad_norm": 1e9, "double_buffer": False},
                "skip_nonfinite=False": {"skip_nonfinite": False}}[mode]
-    cls(_params(1, seed=30), lr=1e40)   # a finite lr passes construction
+    with pytest.raises(ValueError, match=r"lr = 1e\+40: float32 stores it as inf"):
+        cls(_params(1, seed=30), lr=1e40)
     params = _params(3, seed=31)
     opt = cls(params, lr=0.01, poll_every=0, **_overflow_kwargs(cls), **options)
     _set_random_grads(params, 32)

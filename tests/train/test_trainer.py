@@ -177,7 +177,8 @@ def test_update_that_overflows_on_the_last_step_is_reported(double_buffer: bool)
     from sopt.train import NonFiniteError
     x, y = pixel_coordinates(4, 4), generated_image(4).reshape(-1, 3)
     model = PixelTable(4, 4)
-    opt = sopt.optim.SGD(model.parameters(), lr=1e40, double_buffer=double_buffer)
+    opt = sopt.optim.SGD(model.parameters(), lr=0.5, double_buffer=double_buffer)
+    opt.param_groups[0]["lr"] = 1e40   # the constructor refuses it: float32 stores it as Inf
     trainer = Trainer(model, HostMSE(), opt, BatchSampler(x, y, 16, seed=0), progress=False)
     if double_buffer:
         with pytest.warns(RuntimeWarning, match="1 step\\(s\\) skipped"):

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from sopt.validation import check_float, check_int
+from sopt.validation import check_float, check_float32, check_int
 
 
 def check_optimizer(optimizer: Any) -> None:
@@ -80,14 +80,15 @@ def check_state(state_dict: Any, owner: object, keys: Sequence[str]) -> None:
 
 
 def check_group_count(values: Any, key: str, optimizer: Any, owner: object) -> list[float]:
-    """The saved per-group list ``values`` as finite floats >= 0, ValueError if its length differs from the group
-    count or a value is not such a number."""
+    """The saved per-group list ``values`` as floats >= 0, each 0 or a normal float32; ValueError if its length
+    differs from the group count or a value is not such a number."""
     n = len(optimizer.param_groups)
     if not isinstance(values, list) or len(values) != n:
         raise ValueError(f"{type(owner).__name__} state_dict's {key!r} has "
                          f"{len(values) if isinstance(values, list) else repr(values)} entries, "
                          f"the optimizer has {n} param group(s)")
-    return [check_float(v, f"{type(owner).__name__} state_dict's {key}[{i}]", low=0.0) for i, v in enumerate(values)]
+    return [check_float(v, f"{type(owner).__name__} state_dict's {key}[{i}]", low=0.0, float32=True)
+            for i, v in enumerate(values)]
 
 
 def check_position(state_dict: dict[str, Any], optimizer: Any, owner: object) -> dict[str, Any]:
@@ -96,6 +97,22 @@ def check_position(state_dict: dict[str, Any], optimizer: Any, owner: object) ->
             "last_lr": check_group_count(state_dict["last_lr"], "last_lr", optimizer, owner),
             "last_epoch": check_int(state_dict["last_epoch"], "last_epoch", low=-1),
             "step_count": check_int(state_dict["step_count"], "step_count", low=0)}
+
+
+def check_lrs_float32(owner: object, attrs: dict[str, Any], base_lrs: Sequence[float],
+                      lr_factors: Sequence[str] = ()) -> None:
+    """ValueError unless every float hyperparameter in ``attrs``, every base lr and every lr ``base * attrs[f]``
+    (``f`` in ``lr_factors``: factors that scale the base lr into an lr the schedule reaches, such as
+    ConstantLR's ``factor``) is 0 or a normal float32: the optimiser's kernel reads the lr as float32, where a
+    schedule to ``eta_min=1e-50`` would end at 0 rather than where it says."""
+    name = type(owner).__name__
+    for key, value in attrs.items():
+        if isinstance(value, float):
+            check_float32(value, key, owner=name)
+    for i, base in enumerate(base_lrs):
+        check_float32(base, f"base_lrs[{i}]", owner=name)
+        for key in lr_factors:
+            check_float32(base * attrs[key], f"base_lrs[{i}] * {key}", owner=name)
 
 
 class LRScheduler:
@@ -118,21 +135,25 @@ class LRScheduler:
     _state_attrs: ClassVar[tuple[str, ...]] = ()
     # how load_state_dict checks each of _state_attrs (value, name) -> value: the constructor's checks
     _state_checks: ClassVar[dict[str, Callable[[Any, str], Any]]] = {}
+    # those of _state_attrs that scale the base lr into an lr the schedule reaches (check_lrs_float32)
+    _lr_factors: ClassVar[tuple[str, ...]] = ()
     _is_initial: bool = False
 
     def __init__(self, optimizer: Any, last_epoch: int = -1) -> None:
         check_optimizer(optimizer)
         self.optimizer = optimizer
         last_epoch = check_int(last_epoch, "last_epoch", low=-1)
-        if last_epoch == -1:
-            for group in optimizer.param_groups:
-                group.setdefault("initial_lr", group["lr"])
-        else:
+        if last_epoch != -1:
             for i, group in enumerate(optimizer.param_groups):
                 if "initial_lr" not in group:
                     raise ValueError(f"last_epoch={last_epoch} resumes a schedule, but param_groups[{i}] has no "
                                      f"'initial_lr'; load the optimizer's state_dict first, or use last_epoch=-1")
-        self.base_lrs: list[float] = [float(g["initial_lr"]) for g in optimizer.param_groups]
+        base_lrs = [float(g.get("initial_lr", g["lr"])) for g in optimizer.param_groups]
+        # checked before the groups are touched
+        check_lrs_float32(self, {a: getattr(self, a) for a in self._state_attrs}, base_lrs, self._lr_factors)
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.base_lrs: list[float] = base_lrs
         self.last_epoch = last_epoch
         self._initial_step()
 
@@ -200,7 +221,9 @@ class LRScheduler:
             check = self._state_checks.get(name)
             value = copy.deepcopy(state_dict[name])
             attrs[name] = check(value, name) if check is not None else value
-        return {**check_position(state_dict, self.optimizer, self), "attrs": attrs}
+        position = check_position(state_dict, self.optimizer, self)
+        check_lrs_float32(self, attrs, position["base_lrs"], self._lr_factors)
+        return {**position, "attrs": attrs}
 
     def _apply_state_dict(self, loaded: dict[str, Any]) -> None:
         """Write a state checked by :meth:`_check_state_dict`."""

@@ -38,6 +38,7 @@ class ConstantLR(LRScheduler):
     """
 
     _state_attrs = ("factor", "total_iters")
+    _lr_factors = ("factor",)
     _state_checks = {"factor": lambda v, n: check_float(v, n, 0.0, 1.0, low_inclusive=False),
                      "total_iters": lambda v, n: check_int(v, n, low=1)}
 

@@ -26,6 +26,7 @@ class LinearLR(LRScheduler):
     """
 
     _state_attrs = ("start_factor", "end_factor", "total_iters")
+    _lr_factors = ("start_factor", "end_factor")
     _state_checks = {"start_factor": lambda v, n: check_float(v, n, 0.0, 1.0, low_inclusive=False),
                      "end_factor": lambda v, n: check_float(v, n, 0.0, 1.0),
                      "total_iters": lambda v, n: check_int(v, n, low=1)}

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, per_group
-from sopt.validation import check_bool, check_choice, check_float, check_int
+from sopt.validation import check_bool, check_choice, check_float, check_float32, check_int
 
 
 def _anneal_cos(start: float, end: float, pct: float) -> float:
@@ -103,7 +103,10 @@ class OneCycleLR(LRScheduler):
         final_div_factor = check_float(final_div_factor, "final_div_factor", low=0.0, low_inclusive=False)
         self.phases = self._make_phases(pct_start, check_bool(three_phase, "three_phase"))
         max_lrs = per_group(max_lr, "max_lr", optimizer,
-                            lambda v, name: check_float(v, name, low=0.0, low_inclusive=False))
+                            lambda v, name: check_float(v, name, low=0.0, low_inclusive=False, float32=True))
+        for i, peak in enumerate(max_lrs):   # the lrs the cycle starts and ends at, as the kernel will read them
+            initial = check_float32(peak / div_factor, f"initial_lr[{i}] (max_lr / div_factor)", "OneCycleLR")
+            check_float32(initial / final_div_factor, f"min_lr[{i}] (initial_lr / final_div_factor)", "OneCycleLR")
 
         self.cycle_momentum = check_bool(cycle_momentum, "cycle_momentum")
         self.use_beta1 = False
@@ -117,7 +120,7 @@ class OneCycleLR(LRScheduler):
             high = 1.0 if self.use_beta1 else None
 
             def check_momentum(v: Any, name: str) -> float:
-                return check_float(v, name, low=0.0, high=high, high_inclusive=False)
+                return check_float(v, name, low=0.0, high=high, high_inclusive=False, float32=True)
 
             max_momentums = per_group(max_momentum, "max_momentum", optimizer, check_momentum)
             base_momentums = per_group(base_momentum, "base_momentum", optimizer, check_momentum)

@@ -44,14 +44,15 @@ class ReduceLROnPlateau(LRScheduler):
                  min_lr: float | list[float] = 0.0, eps: float = 1e-8) -> None:
         check_optimizer(optimizer)
         self.optimizer = optimizer
-        self.factor = check_float(factor, "factor", 0.0, 1.0, high_inclusive=False)
+        self.factor = check_float(factor, "factor", 0.0, 1.0, high_inclusive=False, float32=True)
         self.mode = check_choice(mode, "mode", _MODES)
         self.threshold_mode = check_choice(threshold_mode, "threshold_mode", _THRESHOLD_MODES)
         self.threshold = check_float(threshold, "threshold", low=0.0)
         self.patience = check_int(patience, "patience", low=0)
         self.cooldown = check_int(cooldown, "cooldown", low=0)
         self.eps = check_float(eps, "eps", low=0.0)
-        self.min_lrs = per_group(min_lr, "min_lr", optimizer, lambda v, name: check_float(v, name, low=0.0))
+        self.min_lrs = per_group(min_lr, "min_lr", optimizer,
+                                 lambda v, name: check_float(v, name, low=0.0, float32=True))
         # ReduceLROnPlateau never rescales from base_lrs and leaves initial_lr alone, as torch.
         self.base_lrs = self._group_lrs()
         self.last_epoch = 0
@@ -138,7 +139,8 @@ class ReduceLROnPlateau(LRScheduler):
                              f"threshold_mode={state_dict['threshold_mode']!r}; allowed: {_MODES}, {_THRESHOLD_MODES}")
         best = state_dict["best"]   # None: the initial +-inf
         attrs = {"mode": state_dict["mode"], "threshold_mode": state_dict["threshold_mode"],
-                 "factor": check_float(state_dict["factor"], "factor", 0.0, 1.0, high_inclusive=False),
+                 "factor": check_float(state_dict["factor"], "factor", 0.0, 1.0, high_inclusive=False,
+                                       float32=True),
                  "threshold": check_float(state_dict["threshold"], "threshold", low=0.0),
                  "patience": check_int(state_dict["patience"], "patience", low=0),
                  "cooldown": check_int(state_dict["cooldown"], "cooldown", low=0),

@@ -59,6 +59,7 @@ class WarmupCosineLR(LRScheduler):
     """
 
     _state_attrs = ("warmup_steps", "total_steps", "eta_min", "warmup_start_factor")
+    _lr_factors = ("warmup_start_factor",)
     _state_checks = {"warmup_steps": lambda v, n: check_int(v, n, low=0),
                      "total_steps": lambda v, n: check_int(v, n, low=1),
                      "eta_min": lambda v, n: check_float(v, n, low=0.0),
