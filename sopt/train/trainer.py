@@ -377,12 +377,28 @@ class Trainer:
         return result
 
     # -- resuming ---------------------------------------------------------------------------------------------
-    def restore(self, path: str) -> dict[str, Any]:
+    def restore(self, path: str, steps: int | None = None) -> dict[str, Any]:
         """Load a checkpoint written by :class:`~sopt.train.Checkpoint` into the model, optimiser and scheduler
-        and continue from its step; returns the checkpoint's ``extra`` (``step``, ``metrics``)."""
-        extra = checkpoint.load(path, parameters=self.parameters, optimizer=self.optimizer, scheduler=self.scheduler)
-        if not isinstance(extra, dict) or "step" not in extra:
-            raise ValueError(f"checkpoint {str(path)!r} was not written by sopt.train.Checkpoint (no 'step' in extra)")
-        self.step = int(extra["step"])
+        and continue from its step; returns the checkpoint's ``extra`` (``step``, ``metrics``).
+
+        A checkpoint whose ``extra`` lacks a count of completed steps (an int >= 0; at most ``steps``, the run's
+        total, when given) raises :class:`~sopt.checkpoint.CheckpointError` with nothing changed, as any other
+        bad checkpoint does.
+        """
+        if steps is not None:
+            steps = check_int(steps, "steps", low=0)
+
+        def check_extra(extra: Any) -> None:
+            if not isinstance(extra, dict) or "step" not in extra:
+                raise ValueError("it was not written by sopt.train.Checkpoint (no 'step' in extra)")
+            step = extra["step"]
+            if (not isinstance(step, int) or isinstance(step, bool) or step < 0
+                    or (steps is not None and step > steps)):
+                allowed = f"an int in [0, {steps}]" if steps is not None else "an int >= 0"
+                raise ValueError(f"its extra 'step' is {step!r}; the count of completed steps must be {allowed}")
+
+        extra = checkpoint.load(path, parameters=self.parameters, optimizer=self.optimizer, scheduler=self.scheduler,
+                                check_extra=check_extra)
+        self.step = extra["step"]
         self.last_checkpoint = (str(path), self.step)
         return extra
