@@ -57,10 +57,10 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=_TMP_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _FILE_MODE)
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            os.fchmod(fd, _FILE_MODE)
+            os.fsync(fd)
         os.replace(tmp, target)
     except BaseException:   # KeyboardInterrupt included: never leave a temporary file behind
         try:

@@ -25,7 +25,6 @@ a member the metadata does not refer to, or one that would inflate beyond that, 
 
 from __future__ import annotations
 
-import glob
 import io
 import json
 import math
@@ -34,18 +33,17 @@ import pathlib
 import re
 import reprlib
 import stat
-import tempfile
 import zipfile
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
+from sopt import atomic_write
 from sopt.parameter import Parameter, parameters_of
 from sopt.validation import as_float32_array
 
 _META = "__meta__"
 FORMAT = "sopt-checkpoint-1"
-_TMP_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")   # tempfile.mkstemp's random names
 
 # Bounds on what a load reads, so that a hostile file costs little: every array's declared size is checked
 # against what the objects loaded into expect before any of it is inflated.
@@ -142,32 +140,7 @@ def save(path: str | os.PathLike[str], parameters: Any = None, optimizer: Any = 
     np.savez(buffer, **{_META: np.frombuffer(json.dumps(meta).encode(), np.uint8)}, **arrays)
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _remove_leftovers(target)
-
-
-def _remove_leftovers(target: pathlib.Path) -> None:
-    """Delete ``.<name>.<random>.tmp`` files that interrupted saves to ``target`` left (mkstemp's pattern; a save
-    in progress elsewhere to the same path loses its temporary file and fails, as two writers would anyway)."""
-    prefix = f".{target.name}."
-    for leftover in target.parent.glob(f"{glob.escape(prefix)}*.tmp"):
-        middle = leftover.name[len(prefix):-len(".tmp")]
-        # mkstemp's random part: 8 characters of [a-z0-9_]; never another file that happens to share the prefix
-        if len(middle) == 8 and set(middle) <= _TMP_CHARS and leftover.is_file():
-            try:
-                leftover.unlink()
-            except OSError:
-                pass   # removed meanwhile, or not ours to remove: the save itself succeeded
+    atomic_write.write_bytes(target, buffer.getvalue())   # removes the leftovers of interrupted saves too
 
 
 def _require_regular(mode: int, target: pathlib.Path, where: str) -> None:

@@ -526,10 +526,11 @@ def test_sigterm_checkpoints_and_exits_0_and_resume_ends_where_an_uninterrupted_
 
 # -- kill -9 inside a checkpoint write ------------------------------------------------------------------------------
 # The second checkpoint save (step 20) writes half its bytes into its temporary file, then the process kills itself
-# with SIGKILL: what a kill -9 at the worst moment leaves.
+# with SIGKILL: what a kill -9 at the worst moment leaves. (Every file goes through sopt.atomic_write: its os.fdopen
+# is replaced, and the temporary file's name tells a checkpoint's from the others'.)
 KILLED_IN_SAVE = r"""
 import os, signal, sys, types
-import sopt.checkpoint as checkpoint
+import sopt.atomic_write as atomic_write
 
 saves = 0
 
@@ -548,17 +549,19 @@ class DyingFile:
 
 def fdopen(fd, *args, **kwargs):
     global saves
-    saves += 1
     f = os.fdopen(fd, *args, **kwargs)
+    if ".checkpoint.npz." not in os.readlink(f"/proc/self/fd/{fd}"):
+        return f
+    saves += 1
     return f if saves < 2 else DyingFile(f)
 
-class Os(types.ModuleType):   # sopt.checkpoint's os, with fdopen replaced
+class Os(types.ModuleType):   # sopt.atomic_write's os, with fdopen replaced
     def __getattr__(self, name):
         return getattr(os, name)
 
 patched = Os("os")
 patched.fdopen = fdopen
-checkpoint.os = patched
+atomic_write.os = patched
 from sopt.experiments.cli import main
 sys.exit(main(sys.argv[1:]))
 """
