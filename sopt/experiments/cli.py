@@ -11,8 +11,14 @@
     sopt report runs/fit_projectile
 
 Exit status: 0 when the command did its work (a run interrupted by SIGINT/SIGTERM too: it checkpointed and says
-how to resume), 2 for a usage, config, override or folder error (one line ``error: ...`` on stderr, found
-before any GPU work or file is written), 1 when a run failed (diverged or raised; its summary.json says why).
+how to resume); 2, with one line ``error: ...`` on stderr and no traceback, for everything else:
+
+- a usage, config, override or folder error (a read-only folder, a run another process holds, a checkpoint that
+  does not load, a ``config.toml`` edited since the run started), found before any GPU work or file is written;
+- a run that failed (diverged, a full disk, any exception): ``error: the run failed at step N: REASON``, and the
+  run directory records it (summary.json status ``failed`` with the reason, error.txt the traceback).
+
+(A sweep tells a failed trial by its summary.json and a non-zero status; it needs no separate code.)
 """
 
 from __future__ import annotations
@@ -82,9 +88,9 @@ def _print_outcome(outcome: Any) -> int:
               f"  sopt resume {shlex.quote(str(outcome.run_dir))}")
         return 0
     if outcome.status == "failed":
-        print(f"error: the run failed at step {outcome.steps}: {outcome.error}", file=sys.stderr)
-        print(f"run directory: {outcome.run_dir} (summary.json records the failure)", file=sys.stderr)
-        return 1
+        print(f"error: the run failed at step {outcome.steps}: {outcome.error} (recorded in {outcome.run_dir})",
+              file=sys.stderr)
+        return 2
     for line in outcome.lines:
         print(line)
     shown = ", ".join(f"{k} {v:.6g}" for k, v in outcome.metrics.items() if k not in ("step", "steps_per_s", "time_s"))
@@ -126,12 +132,14 @@ def cmd_run(argv: list[str]) -> int:
         from sopt.config.files import dumps_toml
         out = (rd.claim_out_dir(args.out) if args.out is not None
                else rd.new_run_dir(args.root, cls.name, dumps_toml(config.model_dump(mode="json"))))
-    except (ValueError, sopt_device_error()) as exc:
+        print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
+        print(f"run directory: {out}")
+        from sopt.experiments import runner
+        # a failure once training began is an outcome; what raises here (another process took the folder) did not
+        # start the run
+        outcome = runner.start(problem, out, words, progress=not args.no_progress, device=device)
+    except (ValueError, OSError, sopt_device_error()) as exc:
         return _fail(exc)
-    print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
-    print(f"run directory: {out}")
-    from sopt.experiments import runner
-    outcome = runner.start(problem, out, words, progress=not args.no_progress, device=device)
     return _print_outcome(outcome)
 
 
@@ -144,6 +152,9 @@ def cmd_resume(argv: list[str]) -> int:
     parser = CommandParser(prog="sopt resume", description="Continue an interrupted (or killed) run to its end.")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--accept-config-change", action="store_true",
+                        help="resume although config.toml was edited since the run started (refused otherwise); "
+                             "the change is recorded in overrides.txt and metrics.jsonl")
     args = parser.parse_args(argv)
     from sopt.experiments import run_dir as rd
     from sopt.experiments import runner
@@ -158,14 +169,20 @@ def cmd_resume(argv: list[str]) -> int:
         data = read_config(out / rd.CONFIG_FILE)
         cls = problem_class(data.get("problem"), f"problem (in {str(out / rd.CONFIG_FILE)!r})")
         config = validate(cls.schema, data)
-        import sopt
-        device = sopt.get_device()
-        problem = cls(config)
-    except (ValueError, sopt_device_error()) as exc:
+        runner.check_config_unchanged(out, config, args.accept_config_change)
+        with rd.RunLock(out):   # before any GPU work: a second resume of the run stops here
+            import sopt
+            device = sopt.get_device()
+            problem = cls(config)
+            print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
+            print(f"run directory: {out} (resuming)")
+            # what raises here (a checkpoint that does not load) changed nothing; a failure once training began
+            # is an outcome
+            outcome = runner.resume(problem, out, progress=not args.no_progress,
+                                    accept_config_change=args.accept_config_change)
+    except (ValueError, OSError, sopt_device_error()) as exc:
         return _fail(exc)
-    print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
-    print(f"run directory: {out} (resuming)")
-    return _print_outcome(runner.resume(problem, out, progress=not args.no_progress))
+    return _print_outcome(outcome)
 
 
 def cmd_problems(argv: list[str]) -> int:

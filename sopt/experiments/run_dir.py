@@ -2,12 +2,17 @@
 
 ``runs/<problem>/<YYYYmmdd-HHMMSS>-<6 hex>/`` (or ``--out DIR``, which must be new or empty) holds:
 ``config.toml`` (the resolved config), ``overrides.txt``, ``metrics.jsonl``, ``summary.json`` (status, steps, final
-metrics), ``env.json`` (versions, device, git commit), ``checkpoint.npz`` and the problem's pictures.
+metrics), ``env.json`` (versions, device, git commit), ``checkpoint.npz`` and the problem's pictures; after a
+failure ``error.txt`` (the traceback). Two hidden files keep a run safe: ``.lock`` (:class:`RunLock`: one process
+at a time runs or resumes it) and ``.config.json`` (the resolved config as the run started, so that a resume can
+tell an edited ``config.toml``).
 """
 
 from __future__ import annotations
 
 import datetime
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -16,12 +21,14 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from sopt.config.files import write_atomic
 
 CONFIG_FILE, OVERRIDES_FILE, METRICS_FILE, SUMMARY_FILE, ENV_FILE, CHECKPOINT_FILE, ERROR_FILE = (
     "config.toml", "overrides.txt", "metrics.jsonl", "summary.json", "env.json", "checkpoint.npz", "error.txt")
+LOCK_FILE, STARTED_CONFIG_FILE = ".lock", ".config.json"
 STATUSES = ("running", "finished", "interrupted", "failed")
 
 
@@ -58,14 +65,30 @@ def check_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
     path = pathlib.Path(text)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {text!r} is a file, not a folder; name a new folder")
-    if path.is_dir() and any(path.iterdir()):
+    # a lock file alone is what a run that failed before writing anything leaves: the folder is still free
+    if path.is_dir() and any(p.name != LOCK_FILE for p in path.iterdir()):
         hint = (f"; continue that run with: sopt resume {text}" if (path / SUMMARY_FILE).exists()
                 else "; name a new folder")
         raise RunDirError(f"--out {text!r} already exists and is not empty (nothing is overwritten){hint}")
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             raise RunDirError(f"--out {text!r}: {str(parent)!r} is a file, so no folder can be made under it")
+    # the folder, or the nearest folder above it that exists (where it will be made), must take new files
+    check_writable(next(p for p in (path, *path.parents) if p.exists()), f"--out {text!r}")
     return path
+
+
+def check_writable(folder: pathlib.Path, what: str, files: tuple[str, ...] = ()) -> None:
+    """RunDirError unless this process can create and replace files in ``folder`` and write each of ``files`` in
+    it that exists (those appended in place): a read-only folder or file system is found before any GPU work,
+    not at the first write minutes later."""
+    targets = [folder, *(folder / f for f in files if (folder / f).exists())]
+    for target in targets:
+        mode = os.W_OK | os.X_OK if target.is_dir() else os.W_OK
+        if not os.access(target, mode):
+            where = "" if target == folder else f": {target.name} cannot be written"
+            raise RunDirError(f"{what}: {str(folder)!r} is read-only for this process{where}; make it writable "
+                              "(chmod u+w) or use another folder")
 
 
 def claim_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
@@ -76,6 +99,61 @@ def claim_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
     except OSError as exc:
         raise RunDirError(f"--out {os.fspath(out)!r} cannot be created: {exc.strerror or exc}") from None
     return path
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run directory, held while a process runs or resumes the run:
+    ``fcntl.flock`` on its ``.lock`` file, which also records the holder's pid for the message a second process
+    gets (RunDirError naming it). The kernel drops the lock when the holder exits, however it ends (``kill -9``
+    too), so a stale lock cannot block a resume. Re-entrant within a process: the CLI takes it before building the
+    problem and :mod:`sopt.experiments.runner` again around the training.
+    """
+
+    _held: dict[str, list[int]] = {}   # realpath -> [fd, depth]
+    _guard = threading.Lock()
+
+    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+        self.run_dir = pathlib.Path(run_dir)
+        self.key = os.path.realpath(self.run_dir)
+
+    def __enter__(self) -> "RunLock":
+        with RunLock._guard:
+            held = RunLock._held.get(self.key)
+            if held is not None:
+                held[1] += 1
+                return self
+            path = self.run_dir / LOCK_FILE
+            try:   # O_NOFOLLOW: a link planted at .lock is refused, not followed
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise RunDirError(f"cannot lock the run in {str(self.run_dir)!r} ({LOCK_FILE}): "
+                                  f"{exc.strerror or exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    raise RunDirError(f"cannot lock the run in {str(self.run_dir)!r} ({LOCK_FILE}): "
+                                      f"{exc.strerror or exc}") from None
+                raise RunDirError(f"the run in {str(self.run_dir)!r} is in use by process {holder} (a sopt run or "
+                                  "sopt resume of it); wait for it to end or stop it (Ctrl-C or kill, which "
+                                  "checkpoints) first") from None
+            try:   # the pid is only for that message: a full disk must not stop the run here
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            except OSError:
+                pass
+            RunLock._held[self.key] = [fd, 1]
+            return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with RunLock._guard:
+            held = RunLock._held[self.key]
+            held[1] -= 1
+            if held[1] == 0:
+                del RunLock._held[self.key]
+                os.close(held[0])   # releases the lock; the file stays (unlinking it would race a new holder)
 
 
 def _git_commit() -> str | None:
@@ -122,9 +200,10 @@ def read_summary(run_dir: pathlib.Path) -> dict[str, Any]:
         return {}
 
 
-def read_metrics(path: pathlib.Path) -> list[dict[str, Any]]:
-    """The metrics records of a metrics.jsonl (one JSON object per line with a ``step``): events, and a line that
-    is no such object (the partial last line of a killed run), left out; [] when the file is missing."""
+def read_metrics(path: pathlib.Path, events: bool = False) -> list[dict[str, Any]]:
+    """The metrics records of a metrics.jsonl (one JSON object per line with a ``step``): events (unless
+    ``events``), and a line that is no such object (the partial last line of a killed run), left out; [] when the
+    file is missing."""
     try:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
@@ -135,7 +214,7 @@ def read_metrics(path: pathlib.Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "event" not in record and "step" in record:
+        if isinstance(record, dict) and (events or "event" not in record) and "step" in record:
             records.append(record)
     return records
 

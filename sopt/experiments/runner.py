@@ -11,13 +11,20 @@ ValueError before any file is written), then train it with :class:`sopt.train.Tr
 
 SIGINT and SIGTERM ask the Trainer to stop after the step it is running: that step writes its metrics and a
 checkpoint, the summary says ``interrupted`` and the process exits 0 with the resume command. A resumed run
-reloads the checkpoint (parameters, optimiser, schedule, step), cuts ``metrics.jsonl`` back to the checkpoint's
-step and trains on; the batches and data are functions of the step and the seed, so it ends where a run that
-never stopped ends.
+reloads the checkpoint (parameters, optimiser, schedule, step) before it changes any file, cuts ``metrics.jsonl``
+back to the checkpoint's step and trains on; the batches and data are functions of the step and the seed, so it
+ends where a run that never stopped ends, with the same metrics.jsonl and summary.json.
+
+Safety: a run or resume holds the run directory's lock (:class:`~sopt.experiments.run_dir.RunLock`) throughout,
+so a second one is refused; a resume refuses a ``config.toml`` edited since the run started unless the change is
+accepted (then recorded in ``overrides.txt`` and as a ``config_change`` event in ``metrics.jsonl``). Any exception
+once training began (a divergence, a full disk, a bug) becomes a ``failed`` outcome: summary.json says so with a
+one-line reason and error.txt holds the traceback, as far as the disk allows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -26,13 +33,15 @@ import pathlib
 import signal
 import time
 import traceback
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from sopt.config.files import dumps_toml, write_atomic
 from sopt.experiments.problem import Problem, ProblemConfig
 from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, METRICS_FILE,
-                                      OVERRIDES_FILE, SUMMARY_FILE, RunDirError, environment, now_iso,
-                                      read_metrics, read_summary, run_alive, write_json)
+                                      OVERRIDES_FILE, STARTED_CONFIG_FILE, SUMMARY_FILE, RunDirError, RunLock,
+                                      check_out_dir, check_writable, environment, now_iso, read_metrics, read_summary, run_alive,
+                                      write_json)
+from sopt.experiments.run_records import flatten
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
 
 INTERRUPTED = "interrupted"
@@ -41,7 +50,8 @@ INTERRUPTED = "interrupted"
 @dataclasses.dataclass
 class RunOutcome:
     """How a run (or this process's part of it) ended: ``status`` as in summary.json, ``steps`` done in all,
-    ``metrics`` the final ones (summary.json's), ``error`` for a failed run, ``lines`` the problem's summary."""
+    ``metrics`` the final ones (summary.json's), ``error`` for a failed run (one line), ``lines`` the problem's
+    summary."""
 
     run_dir: pathlib.Path
     status: str
@@ -50,6 +60,7 @@ class RunOutcome:
     error: str | None = None
     lines: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    exception: Exception | None = None   # what made a failed run fail (recorded in summary.json and error.txt)
 
 
 def _numbers(record: dict[str, Any]) -> dict[str, float]:
@@ -58,13 +69,25 @@ def _numbers(record: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
-def _truncate_metrics(path: pathlib.Path, step: int, at_step: dict[str, Any] | None) -> None:
-    """Cut ``metrics.jsonl`` back to the records of steps < ``step`` and append ``at_step`` (the checkpoint's
-    own record of ``step``, which the interrupted run may or may not have logged)."""
-    kept = [r for r in read_metrics(path) if r["step"] < step]
-    if at_step is not None:
-        kept.append(at_step)
-    write_atomic(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept))
+def _truncate_metrics(path: pathlib.Path, step: int, at_step: dict[str, Any] | None, keep_at_step: bool,
+                      event: dict[str, Any] | None = None) -> None:
+    """Cut ``metrics.jsonl`` back to what the run had logged before ``step`` (the checkpoint's), then ``at_step``
+    (the checkpoint's own record of ``step``, which the stopped run may or may not have logged) when
+    ``keep_at_step`` -- only when ``step`` is a metrics step of a run that never stopped, not one that a signal
+    made one -- then ``event``. End events go (the stopped run's); other events up to ``step`` (an accepted
+    config change) stay."""
+    kept, events = [], []
+    for record in read_metrics(path, events=True):
+        at = record["step"]
+        if not isinstance(at, int) or record.get("event") == "end":
+            continue
+        if at < step:
+            kept.append(record)
+        elif at == step and "event" in record:
+            events.append(record)
+    lines = [*kept, *([at_step] if at_step is not None and keep_at_step else []), *events,
+             *([event] if event is not None else [])]
+    write_atomic(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in lines))
 
 
 class _Summary(Callback):
@@ -120,17 +143,26 @@ class _StopOnSignal:
 
 def start(problem: Problem, run_dir: pathlib.Path, overrides: Iterable[str] = (), *, progress: bool = True,
           device: Any = None, callbacks: Iterable[Callback] = ()) -> RunOutcome:
-    """Train ``problem`` (built from its validated config) from step 0 into the new, empty ``run_dir``."""
+    """Train ``problem`` (built from its validated config) from step 0 into the new, empty ``run_dir``, holding
+    its lock (:class:`~sopt.experiments.run_dir.RunLock`; RunDirError when another process holds it)."""
     config = problem.config
-    write_atomic(run_dir / CONFIG_FILE, dumps_toml(config.model_dump(mode="json")))
-    write_atomic(run_dir / OVERRIDES_FILE, "".join(f"{o}\n" for o in overrides))
-    write_json(run_dir / ENV_FILE, environment(device))
-    return _train(problem, run_dir, resuming=False, progress=progress, callbacks=callbacks)
+
+    def write_run_files() -> None:
+        resolved = config.model_dump(mode="json")
+        write_atomic(run_dir / CONFIG_FILE, dumps_toml(resolved))
+        write_json(run_dir / STARTED_CONFIG_FILE, resolved)
+        write_atomic(run_dir / OVERRIDES_FILE, "".join(f"{o}\n" for o in overrides))
+        write_json(run_dir / ENV_FILE, environment(device))
+
+    with RunLock(run_dir):
+        check_out_dir(run_dir)   # again under the lock: a run that took the same empty folder first has filled it
+        return _train(problem, run_dir, resuming=False, progress=progress, callbacks=callbacks,
+                      prepare=write_run_files)
 
 
 def check_resumable(run_dir: pathlib.Path) -> dict[str, Any]:
     """The summary of the run in ``run_dir`` if it can be resumed; RunDirError otherwise (no run there, a
-    finished one, or one still running)."""
+    finished one, one still running, or a folder this process cannot write)."""
     if not (run_dir / CONFIG_FILE).is_file():
         raise RunDirError(f"{str(run_dir)!r} holds no run to resume (no {CONFIG_FILE})")
     summary = read_summary(run_dir)
@@ -141,19 +173,69 @@ def check_resumable(run_dir: pathlib.Path) -> dict[str, Any]:
     if status == "running" and run_alive(run_dir, summary.get("pid")):
         raise RunDirError(f"the run in {str(run_dir)!r} is still running (process {summary.get('pid')}); stop it "
                           "first (Ctrl-C or kill, which checkpoints)")
+    check_writable(run_dir, "sopt resume", (METRICS_FILE,))
     return summary
 
 
-def resume(problem: Problem, run_dir: pathlib.Path, *, progress: bool = True,
-           callbacks: Iterable[Callback] = ()) -> RunOutcome:
+def config_changes(run_dir: pathlib.Path, config: ProblemConfig) -> list[str]:
+    """The dotted keys where ``config`` (the validated config.toml of the run in ``run_dir``) differs from the
+    config the run started with, as ``key: old -> new`` ([] for a run that predates the record of it)."""
+    try:
+        started = json.loads((run_dir / STARTED_CONFIG_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{str(run_dir / STARTED_CONFIG_FILE)!r} (the config the run started with) cannot be "
+                          f"read ({' '.join(str(exc).split())}); delete it to resume without checking for an "
+                          f"edited {CONFIG_FILE}") from None
+    before, now = flatten(started) if isinstance(started, dict) else {}, flatten(config.model_dump(mode="json"))
+
+    def shown(table: dict[str, Any], key: str) -> str:
+        return json.dumps(table[key]) if key in table else "(unset)"
+
+    return [f"{key}: {shown(before, key)} -> {shown(now, key)}" for key in sorted(before.keys() | now.keys())
+            if key not in before or key not in now or before[key] != now[key]]
+
+
+def check_config_unchanged(run_dir: pathlib.Path, config: ProblemConfig, accept: bool) -> list[str]:
+    """:func:`config_changes`, refused (RunDirError listing them) unless ``accept``: a run resumed with an edited
+    config would mix two objectives under one label."""
+    changes = config_changes(run_dir, config)
+    if changes and not accept:
+        raise RunDirError(f"{CONFIG_FILE} in {str(run_dir)!r} was edited after the run started ({'; '.join(changes)});"
+                          " restore it, or resume with --accept-config-change to continue with the new values "
+                          "(the change is recorded in the run)")
+    return changes
+
+
+def resume(problem: Problem, run_dir: pathlib.Path, *, progress: bool = True, callbacks: Iterable[Callback] = (),
+           accept_config_change: bool = False) -> RunOutcome:
     """Continue the run in ``run_dir`` (``problem`` built from its config.toml) from its checkpoint (or from step
-    0 when it was stopped before writing one) to the config's ``steps``."""
-    check_resumable(run_dir)
-    return _train(problem, run_dir, resuming=True, progress=progress, callbacks=callbacks)
+    0 when it was stopped before writing one) to the config's ``steps``, holding its lock. RunDirError when it
+    cannot be resumed (see :func:`check_resumable`, :func:`check_config_unchanged`), CheckpointError when its
+    checkpoint does not load: both before anything in ``run_dir`` changes."""
+    with RunLock(run_dir):
+        check_resumable(run_dir)   # again under the lock: a resume that won the race may have finished it
+        changes = check_config_unchanged(run_dir, problem.config, accept_config_change)
+        return _train(problem, run_dir, resuming=True, progress=progress, callbacks=callbacks, changes=changes)
+
+
+def _record_failure(run_dir: pathlib.Path, summary: "_SummaryWriter", step: int, exc: Exception) -> str:
+    """The one-line reason for ``exc``, recorded as far as the disk allows: the traceback in error.txt (not for a
+    divergence, whose message says it all), summary.json status failed."""
+    message = " ".join(str(exc).split())
+    if not isinstance(exc, NonFiniteError):
+        message = f"{type(exc).__name__}: {message}"
+        with contextlib.suppress(OSError):
+            write_atomic(run_dir / ERROR_FILE, "".join(traceback.format_exception(exc)))
+    with contextlib.suppress(OSError):   # best effort: a full disk may refuse this too
+        summary.write("failed", step, {}, message)
+    return message
 
 
 def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress: bool,
-           callbacks: Iterable[Callback]) -> RunOutcome:
+           callbacks: Iterable[Callback], prepare: Callable[[], None] | None = None,
+           changes: Sequence[str] = ()) -> RunOutcome:
     config: ProblemConfig = problem.config
     parts = dict(problem.trainer_parts())
     own = list(parts.pop("callbacks", []))
@@ -164,31 +246,38 @@ def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress:
                                           Checkpoint(checkpoint_path, every=config.checkpoint_every),
                                           _Summary(summary, config.checkpoint_every), *callbacks],
                       log_every=config.log_every, progress=progress)
-    if resuming:
-        at_step = None
-        if checkpoint_path.exists():
-            extra = trainer.restore(str(checkpoint_path))
-            at_step = dict(extra.get("metrics") or {}) or None
-        _truncate_metrics(metrics_path, trainer.step, at_step)
-    summary.write("running", trainer.step, {})
+    at_step = None
+    if resuming and checkpoint_path.exists():
+        # a checkpoint that does not load raises here (CheckpointError), before any file of the run changes
+        at_step = dict(trainer.restore(str(checkpoint_path)).get("metrics") or {}) or None
     begin = time.perf_counter()
     try:
+        if prepare is not None:
+            prepare()
+        if resuming:
+            event = ({"step": trainer.step, "event": "config_change", "changes": list(changes)} if changes else None)
+            _truncate_metrics(metrics_path, trainer.step, at_step,
+                              trainer.is_metrics_step(trainer.step, final=trainer.step >= config.steps), event)
+            if changes:   # recorded, and the new config is the one the next resume compares with
+                overrides = run_dir / OVERRIDES_FILE
+                text = overrides.read_text(encoding="utf-8") if overrides.exists() else ""
+                write_atomic(overrides, text + "".join(f"# resumed at step {trainer.step} with an edited "
+                                                       f"{CONFIG_FILE}: {c}\n" for c in changes))
+                write_json(run_dir / STARTED_CONFIG_FILE, config.model_dump(mode="json"))
+        summary.write("running", trainer.step, {})
         with _StopOnSignal(trainer):
             result = trainer.fit(config.steps)
-    except NonFiniteError as exc:
-        message = " ".join(str(exc).split())
-        summary.write("failed", exc.step, {}, message)
-        return RunOutcome(run_dir, "failed", exc.step, {}, message, seconds=time.perf_counter() - begin)
-    except Exception as exc:   # noqa: BLE001 -- any failure is recorded in the run before it propagates
-        write_atomic(run_dir / ERROR_FILE, traceback.format_exc())
-        summary.write("failed", trainer.step, {}, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
-        raise
-    seconds = time.perf_counter() - begin
-    last = _numbers(result.metrics)
-    if result.stop_reason.startswith(INTERRUPTED):
-        summary.write(INTERRUPTED, trainer.step, last)
-        return RunOutcome(run_dir, INTERRUPTED, trainer.step, last, seconds=seconds)
-    history = read_metrics(metrics_path)
-    final = {**last, **{k: float(v) for k, v in problem.finish(run_dir, history).items()}}
-    summary.write("finished", trainer.step, final)
-    return RunOutcome(run_dir, "finished", trainer.step, final, lines=problem.summary(), seconds=seconds)
+        # a resume of a run stopped at its last step trains no step: its last metrics are the checkpoint's
+        last = _numbers(result.metrics or at_step or {})
+        if result.stop_reason.startswith(INTERRUPTED):
+            summary.write(INTERRUPTED, trainer.step, last)
+            return RunOutcome(run_dir, INTERRUPTED, trainer.step, last, seconds=time.perf_counter() - begin)
+        history = read_metrics(metrics_path)
+        final = {**last, **{k: float(v) for k, v in problem.finish(run_dir, history).items()}}
+        summary.write("finished", trainer.step, final)
+        return RunOutcome(run_dir, "finished", trainer.step, final, lines=problem.summary(),
+                          seconds=time.perf_counter() - begin)
+    except Exception as exc:   # noqa: BLE001 -- any failure (divergence, a full disk, a bug) is recorded in the run
+        step = exc.step if isinstance(exc, NonFiniteError) else trainer.step
+        message = _record_failure(run_dir, summary, step, exc)
+        return RunOutcome(run_dir, "failed", step, {}, message, seconds=time.perf_counter() - begin, exception=exc)

@@ -267,10 +267,12 @@ class Trainer:
         self._stop_reason = str(reason)
 
     # -- the loop ---------------------------------------------------------------------------------------------
-    def _is_metrics_step(self, final: bool) -> bool:
-        s = self.step
-        return final or s % self.log_every == 0 or any(cb.every is not None and s % cb.every == 0
-                                                        for cb in self.callbacks)
+    def is_metrics_step(self, step: int, final: bool = False) -> bool:
+        """Whether ``fit`` reads metrics (and runs callbacks) after ``step`` steps of a run that is not asked to
+        stop: every ``log_every`` steps, every ``every`` steps of a callback, and the ``final`` step. (A stop
+        makes its step a metrics step too; a resumed run asks this to tell such a step from the others.)"""
+        return final or step % self.log_every == 0 or any(cb.every is not None and step % cb.every == 0
+                                                           for cb in self.callbacks)
 
     def _nonfinite(self, what: str) -> NonFiniteError:
         if self._last_finite is not None:
@@ -346,7 +348,7 @@ class Trainer:
                 # a stop asked between metrics steps (a signal handler's) ends the run here, with its metrics
                 # step: every callback (the checkpoint too) sees the last completed step
                 final = self.step == steps or self._stop_reason is not None
-                if not self._is_metrics_step(final):
+                if not self.is_metrics_step(self.step, final):
                     continue
                 metrics = self._read_metrics(loss_value, since, start)
                 since = (self.step, time.perf_counter())

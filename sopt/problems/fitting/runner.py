@@ -110,8 +110,8 @@ def write_result(problem: FittingProblem, out: pathlib.Path, history: list[dict[
 
 
 def _outcome(problem: FittingProblem, outcome: RunOutcome) -> RunResult:
-    if outcome.status == "failed":
-        raise NonFiniteError(outcome.error or "the run failed", outcome.steps, None)
+    if outcome.status == "failed":   # recorded in the run; raised here as it was raised in training
+        raise outcome.exception or NonFiniteError(outcome.error or "the run failed", outcome.steps, None)
     result = getattr(problem, "result", None) if outcome.status == "finished" else None
     return RunResult(result, outcome.run_dir, outcome.status, outcome.steps, outcome.seconds, problem)
 

@@ -1,0 +1,289 @@
+"""Every way ``sopt run`` / ``sopt resume`` can fail is one ``error:`` line with exit status 2, recorded in the run
+when the run had begun, and resume is safe: a checkpoint that does not load changes nothing, a second process on the
+same run directory is turned away by its lock, a full disk or a crash marks summary.json ``failed``, a read-only
+folder is refused before any GPU work, a ``config.toml`` edited since the run started is refused (or accepted and
+recorded), and a run stopped at any step -- one that is not a checkpoint or metrics step, or one in the final
+write-out -- resumes to the uninterrupted run's metrics.jsonl, summary.json and result.json.
+
+All runs are the small fit_projectile of test_cli (``RUN``: 30 steps, metrics every 5, checkpoints every 10), in
+this process; a stop "by SIGTERM at step 13" raises the real signal in this process after that step.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tomllib
+from typing import Any
+
+import pytest
+import tomli_w
+
+import sopt
+from sopt.config import files
+from sopt.experiments import run_dir as rd
+from sopt.problems import problem_class
+from sopt.train import Trainer
+from tests.experiments.test_cli import RUN, ROOT, TIMING, records, sopt_main, summary
+
+STOP_AT = 13   # neither a metrics step (every 5) nor a checkpoint step (every 10)
+VARYING = ("time_s", "pid", "updated")   # what differs between two summaries of the same run
+
+
+def listing(folder: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``folder`` (the lock file aside: taking the lock records the taker's pid in it) with its
+    size and modification time."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.name != rd.LOCK_FILE}
+
+
+def same_summary(done: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """A summary without what differs between two runs of one config (timings, pid, time of writing)."""
+    return {**{k: v for k, v in done.items() if k not in VARYING},
+            "metrics": {k: v for k, v in done["metrics"].items() if k not in TIMING}}
+
+
+def one_error_line(code: int, stderr: str) -> str:
+    assert code == 2, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def no_gpu(monkeypatch) -> None:
+    """Makes any GPU work (getting the device) fail the test: what must be refused first."""
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("GPU work started")
+    monkeypatch.setattr(sopt, "get_device", refuse)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory) -> pathlib.Path:
+    """The run that never stopped."""
+    out = tmp_path_factory.mktemp("whole") / "run"
+    code, _, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out), "--no-progress"])
+    assert code == 0, stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> pathlib.Path:
+    """The same run stopped by SIGTERM after step 13 (checkpointed there, status interrupted); copy before use."""
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    original = Trainer.train_step
+
+    def train_step(self: Trainer) -> Any:
+        loss = original(self)
+        if self.step == STOP_AT:
+            signal.raise_signal(signal.SIGTERM)
+        return loss
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Trainer, "train_step", train_step)
+        code, stdout, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out),
+                                          "--no-progress"])
+    assert code == 0 and f"interrupted after step {STOP_AT}" in stdout, stderr
+    assert sopt.load(out / "checkpoint.npz")["step"] == STOP_AT
+    return out
+
+
+@pytest.fixture
+def run(stopped, tmp_path) -> pathlib.Path:
+    """A copy of the stopped run for a test to resume or damage."""
+    return pathlib.Path(shutil.copytree(stopped, tmp_path / "run"))
+
+
+# -- 7: metrics.jsonl, summary.json and result.json after a stop and resume are the uninterrupted run's -------------
+def test_a_run_stopped_between_metrics_steps_resumes_to_the_uninterrupted_records(run, whole):
+    code, _, stderr = sopt_main(["resume", str(run), "--no-progress"])
+    assert code == 0, stderr
+    assert records(run) == records(whole)   # no record of step 13: the uninterrupted run never logged it
+    assert (run / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
+    assert same_summary(summary(run), summary(whole)) == same_summary(summary(whole), summary(whole))
+
+
+# -- 5: a kill during the final write-out -------------------------------------------------------------------------
+class Killed(BaseException):
+    """What a kill -9 leaves: nothing after it runs in the process (no except Exception sees it)."""
+
+
+def test_a_run_killed_in_its_final_write_out_resumes_to_the_complete_summary(tmp_path, whole, monkeypatch):
+    out = tmp_path / "killed"
+    cls = problem_class("fit_projectile")
+
+    def finish(self: Any, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
+        fd = os.open(run_dir / rd.LOCK_FILE, os.O_RDONLY)   # the run holds its lock all along
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        raise Killed
+
+    with monkeypatch.context() as mp:
+        mp.setattr(cls, "finish", finish)
+        with pytest.raises(Killed):
+            sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out), "--no-progress"])
+    assert (summary(out)["status"], summary(out)["steps"]) == ("running", 30)
+    code, stdout, stderr = sopt_main(["resume", str(out), "--no-progress"])
+    assert code == 0 and "finished 30 steps" in stdout, stderr
+    assert same_summary(summary(out), summary(whole)) == same_summary(summary(whole), summary(whole))
+    assert records(out) == records(whole)
+    assert (out / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
+
+
+# -- 1: a checkpoint that does not load ---------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
+def test_resume_with_a_damaged_checkpoint_is_one_line_and_changes_nothing(run, damage):
+    path = run / "checkpoint.npz"
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": data[: len(data) // 2],
+                      "garbage": data[:40] + bytes(range(256)) * 4}[damage])
+    before = listing(run)
+    code, _, stderr = sopt_main(["resume", str(run), "--no-progress"])
+    line = one_error_line(code, stderr)
+    assert "checkpoint" in line and str(path) in line, line
+    assert listing(run) == before and summary(run)["status"] == "interrupted"
+
+
+# -- 2: two processes on one run ----------------------------------------------------------------------------------
+HOLD = """
+import sys, time
+from sopt.experiments.run_dir import RunLock
+with RunLock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_resume_that_loses_the_race_names_the_holder_and_touches_nothing(run, monkeypatch):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = {**listing(run), "lock": (run / rd.LOCK_FILE).read_bytes()}
+        no_gpu(monkeypatch)
+        code, stdout, stderr = sopt_main(["resume", str(run), "--no-progress"])
+        assert one_error_line(code, stderr) == (
+            f"error: the run in {str(run)!r} is in use by process {holder.pid} (a sopt run or sopt resume of it); "
+            "wait for it to end or stop it (Ctrl-C or kill, which checkpoints) first")
+        assert stdout == "" and {**listing(run), "lock": (run / rd.LOCK_FILE).read_bytes()} == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# -- 3: a full disk, a crash ----------------------------------------------------------------------------------------
+def full_disk(monkeypatch, at: int, lasting: bool) -> None:
+    """The run directory's JSON writes (summary.json, env.json, result.json) fail with ENOSPC from the ``at``-th on
+    (``lasting``) or at the ``at``-th only."""
+    calls = []
+    real = rd.write_atomic
+
+    def write_atomic(path: Any, text: str) -> None:
+        calls.append(path)
+        if len(calls) == at or (lasting and len(calls) > at):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, text)
+
+    monkeypatch.setattr(rd, "write_atomic", write_atomic)
+
+
+@pytest.mark.parametrize("at, step, lasting", [(5, 20, False), (5, 20, True), (7, 30, False)],
+                         ids=["in_training", "in_training_lasting", "in_the_final_write_out"])
+def test_a_full_disk_is_one_line_exit_2_and_marks_the_run_failed(tmp_path, monkeypatch, at, step, lasting):
+    # the JSON writes of a run: .config.json, env.json, summary (start), summaries at steps 10, 20, 30, result.json
+    out = tmp_path / "run"
+    full_disk(monkeypatch, at, lasting)
+    code, _, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out), "--no-progress"])
+    line = one_error_line(code, stderr)
+    assert line.startswith(f"error: the run failed at step {step}: OSError: [Errno 28] No space left on device"), line
+    assert "Traceback" in (out / "error.txt").read_text(encoding="utf-8")
+    s = summary(out)
+    if lasting:   # the failure could not be recorded: the last summary that could be written stays
+        assert s["status"] == "running"
+    else:
+        assert (s["status"], s["steps"]) == ("failed", step)
+        assert s["error"].startswith("OSError: [Errno 28] No space left on device"), s
+
+
+def test_an_exception_in_training_is_one_line_exit_2_and_recorded(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    original = Trainer.train_step
+
+    def train_step(self: Trainer) -> Any:
+        if self.step == 7:
+            raise RuntimeError("the device was lost\nin the middle of a step")
+        return original(self)
+
+    monkeypatch.setattr(Trainer, "train_step", train_step)
+    code, _, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out), "--no-progress"])
+    assert one_error_line(code, stderr) == (f"error: the run failed at step 7: RuntimeError: the device was lost in the "
+                                            f"middle of a step (recorded in {out})")
+    s = summary(out)
+    assert (s["status"], s["steps"], s["error"]) == ("failed", 7, "RuntimeError: the device was lost in the middle "
+                                                                  "of a step")
+    assert "RuntimeError: the device was lost" in (out / "error.txt").read_text(encoding="utf-8")
+
+
+# -- 4: a read-only folder ----------------------------------------------------------------------------------------
+def read_only(monkeypatch, folder: pathlib.Path) -> None:
+    """``folder`` reads as not writable (we run as root, whom chmod does not stop)."""
+    real = os.access
+
+    def access(path: Any, mode: int, *args: Any, **kwargs: Any) -> bool:
+        if pathlib.Path(path) == folder and mode & os.W_OK:
+            return False
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def test_resume_of_a_read_only_run_is_refused_before_gpu_work(run, monkeypatch):
+    read_only(monkeypatch, run)
+    no_gpu(monkeypatch)
+    before = listing(run)
+    code, stdout, stderr = sopt_main(["resume", str(run)])
+    assert one_error_line(code, stderr) == (f"error: sopt resume: {str(run)!r} is read-only for this process; make "
+                                            "it writable (chmod u+w) or use another folder")
+    assert stdout == "" and listing(run) == before
+
+
+def test_run_into_a_read_only_empty_folder_is_refused_before_gpu_work(tmp_path, monkeypatch):
+    out = tmp_path / "ro"
+    out.mkdir()
+    read_only(monkeypatch, out)
+    no_gpu(monkeypatch)
+    code, stdout, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out)])
+    assert one_error_line(code, stderr) == (f"error: --out {str(out)!r}: {str(out)!r} is read-only for this process; "
+                                            "make it writable (chmod u+w) or use another folder")
+    assert stdout == "" and list(out.iterdir()) == []
+
+
+# -- 6: config.toml edited after the run stopped --------------------------------------------------------------------
+def test_resume_with_an_edited_config_is_refused_unless_accepted_and_then_recorded(run, monkeypatch):
+    config = tomllib.loads((run / "config.toml").read_text(encoding="utf-8"))
+    old = config["optimizer"]["learning_rate"]
+    config["optimizer"]["learning_rate"] = old * 2
+    files.write_atomic(run / "config.toml", tomli_w.dumps(config))
+    before = listing(run)
+    with monkeypatch.context() as mp:
+        no_gpu(mp)
+        code, stdout, stderr = sopt_main(["resume", str(run)])
+    change = f"optimizer.learning_rate: {json.dumps(old)} -> {json.dumps(old * 2)}"
+    assert one_error_line(code, stderr) == (
+        f"error: config.toml in {str(run)!r} was edited after the run started ({change}); restore it, or resume "
+        "with --accept-config-change to continue with the new values (the change is recorded in the run)")
+    assert stdout == "" and listing(run) == before
+
+    code, stdout, stderr = sopt_main(["resume", str(run), "--accept-config-change", "--no-progress"])
+    assert code == 0 and "finished 30 steps" in stdout, stderr
+    assert (run / "overrides.txt").read_text(encoding="utf-8").endswith(
+        f"# resumed at step {STOP_AT} with an edited config.toml: {change}\n")
+    assert {"step": STOP_AT, "event": "config_change", "changes": [change]} in records(run)
