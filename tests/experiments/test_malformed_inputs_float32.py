@@ -3,7 +3,7 @@ say in float32"): one ``error:`` line naming the dotted key, exit 2, nothing wri
 
 Each case passes its key's own bounds (0 < learning_rate <= 10, ...), so before the float32 check it ran (or, for
 nbody_masses' unbounded noise_std, crashed after making a run directory); the small fit_projectile scene and
-``steps=2`` keep such a run short. The harness is test_cli's.
+``steps=2`` keep such a run short. The check is test_cli's (its ``sopt_main``, ``_prepare`` and ``listing``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.experiments.test_cli import SMALL, _prepare, listing, sopt_main
+from tests.experiments import test_cli
+from tests.experiments.test_cli import P, SMALL
 
-P = 'problem = "fit_projectile"\n'
 FIT = ["--problem", "fit_projectile", *SMALL, "steps=2"]
 ZERO = "float32 stores it as 0 (subnormal or zero); allowed: 0 or 1.1754944e-38 <="
 SUBNORMAL = "float32 stores it as the subnormal"
@@ -61,14 +61,5 @@ def test_there_are_at_least_8_float32_cases():
 @pytest.mark.parametrize("case", FLOAT32_CASES, ids=[c[0] for c in FLOAT32_CASES])
 def test_a_float_float32_cannot_hold_is_one_line_exit_2_and_writes_nothing(case, tmp_path: pathlib.Path,
                                                                           monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)   # a default runs/ folder would appear here
-    argv = _prepare(case, tmp_path)
-    before = listing(tmp_path)
-    code, stdout, stderr = sopt_main(argv)
-    assert code == 2, (stdout, stderr)
-    lines = stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
-    for fragment in case[3]:
-        assert fragment in lines[0], (fragment, lines[0])
-    assert stdout == ""   # refused before the device is reported or a run directory named
-    assert listing(tmp_path) == before
+    # test_cli's check of a malformed case: exit 2, one "error:" line holding each fragment, nothing written
+    test_cli.test_a_malformed_config_or_override_is_one_line_exit_2_and_writes_nothing(case, tmp_path, monkeypatch)

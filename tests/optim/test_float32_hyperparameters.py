@@ -68,7 +68,7 @@ def test_constructors_refuse_what_float32_cannot_hold(cls, kwargs, key, stored):
         cls(_params(), **kwargs)
 
 
-def test_a_param_group_and_max_grad_norm_are_checked_too():
+def test_param_groups_and_max_grad_norm_are_checked_and_zero_stays_allowed():
     a, b = _params()
     with pytest.raises(ValueError, match="^" + _refused("lr", "0", "Adam")):
         Adam([{"params": [a]}, {"params": [b], "lr": 1e-50}], lr=0.01)
@@ -78,9 +78,7 @@ def test_a_param_group_and_max_grad_norm_are_checked_too():
     with pytest.raises(ValueError, match="^" + _refused("eps", "inf", "Adam")):
         opt.add_param_group_config({"params": [b], "eps": 1e39})
     assert len(opt.param_groups) == 1
-
-
-def test_zero_stays_allowed_where_it_was():
+    # 0, where it was allowed, and the extremes of float32's normal range pass
     SGD(_params(), lr=0.0, momentum=0.0, weight_decay=0.0)
     Adam(_params(), lr=TINY, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
     Adagrad(_params(), lr_decay=0.0, initial_accumulator_value=0.0, eps=BIG)
@@ -162,32 +160,35 @@ class _Nested(StrictModel):
     count: int = 3
 
 
-@pytest.mark.parametrize("data, line", [
-    ({"x": 1e-50}, "config x = 1e-50: float32 stores it as 0"),
-    ({"x": -3.5e38}, "config x = -3.5e+38: float32 stores it as inf"),
-    ({"xs": [1.0, 1e-40]}, "config xs = [1.0, 1e-40]: its element 1e-40: float32 stores it as the subnormal"),
-    ({"table": {"a": (1.0, 1e39)}}, "config table = {\"a\": [1.0, 1e+39]}: its element 1e+39: float32 stores it as inf"),
-])
-def test_every_float_of_a_strict_model_must_be_a_normal_float32(data, line):
-    with pytest.raises(ConfigError) as info:
-        validate(_Nested, data)
-    assert len(info.value.lines) == 1 and info.value.lines[0].startswith(line), info.value.lines
-
-
-def test_ints_zero_and_normal_floats_pass_the_schema():
+def test_every_float_of_a_strict_model_must_be_a_normal_float32():
+    for data, line in [
+        ({"x": 1e-50}, "config x = 1e-50: float32 stores it as 0"),
+        ({"x": -3.5e38}, "config x = -3.5e+38: float32 stores it as inf"),
+        ({"xs": [1.0, 1e-40, 1e-50]}, "config xs = [1.0, 1e-40, 1e-50]: its element 1e-40: float32 stores it as the "
+                                      "subnormal"),
+        ({"table": {"a": (1.0, 1e39)}}, "config table = {\"a\": [1.0, 1e+39]}: its element 1e+39: float32 stores it "
+                                        "as inf"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            validate(_Nested, data)
+        assert len(info.value.lines) == 1 and info.value.lines[0].startswith(line), info.value.lines
+    # ints (not float32 values) are left alone; 0 and float32's normal extremes pass
     model = validate(_Nested, {"x": 0.0, "xs": [TINY, -BIG], "count": 10 ** 40})
     assert model.count == 10 ** 40
 
 
-@pytest.mark.parametrize("family", ["optimizer", "schedule", "loss", "encoding", "network", "simulator"])
+@pytest.mark.parametrize("family", ["optimizer", "schedule", "loss", "encoding", "simulator"])
 def test_every_registered_float_key_refuses_1e_minus_50(family):
     """No float key of a registered component takes a value float32 stores as 0 (its own lower bound, or the
     float32 check, refuses it): the check sits on the base class, not on chosen fields."""
+    checked = 0
     for otype in registry.otypes(family):
         config = registry.entry(family, otype).config
         for name, field in config.model_fields.items():
             if field.annotation not in (float, float | None):
                 continue
+            checked += 1
             with pytest.raises(ConfigError) as info:
                 registry.as_config(family, {"otype": otype, name: 1e-50})
             assert f"config {family}.{name} = 1e-50: " in str(info.value), str(info.value)
+    assert checked > 0
