@@ -253,6 +253,40 @@ def _driver_multiprocessors() -> int | None:
         return None
 
 
+def host_memory_available() -> int:
+    """Bytes of host memory a new allocation can take now: /proc/meminfo's MemAvailable (Linux), else the
+    physical memory (``os.sysconf``). lavapipe's "device" memory is this host memory too."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def cuda_memory_total() -> int | None:
+    """Bytes of memory of the smallest visible CUDA device (the driver's cuDeviceTotalMem), or None without a
+    working CUDA driver; asks the driver only, so no SlangPy device is created (configs are checked before)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
+        count, total = ctypes.c_int(0), ctypes.c_size_t(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+            return None
+        sizes = []
+        for ordinal in range(count.value):
+            device = ctypes.c_int(0)
+            if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+                return None
+            if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
+                return None
+            sizes.append(total.value)
+        return min(sizes)
+    except (OSError, AttributeError):
+        return None
+
+
 def mps_share(count: int, percentage: str | None) -> int:
     """The multiprocessors of ``count`` that CUDA MPS lets a client with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` =
     ``percentage`` use (rounded down, at least 1); ``count`` when unset or not a number in (0, 100]."""

@@ -55,6 +55,7 @@ check at the top of that box (a ValueError otherwise). At the defaults (dt 3 ms,
 
 from __future__ import annotations
 
+import math
 import pathlib
 from typing import Any, Literal
 
@@ -68,6 +69,7 @@ from sopt.problems.fit_cloth.smoothness import SpringSmoothness
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
 from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule, observation_steps
 from sopt.problems.fitting.problem import Value
+from sopt.problems.limits import FLOAT, check_memory, rollout_states
 from sopt.sim import SpringSystem, rollout
 from sopt.tape import Tape
 from sopt.train import loss_scalar
@@ -126,12 +128,14 @@ class ClothConfig(FitConfig):
                                                                  "span grows linearly to every observation")
     smoothness: float = Field(1e-6, ge=0.0, le=1e6, description="weight of the per-spring stiffness smoothness "
                                                                "regulariser (m^2; per_spring only)")
-    rollout_budget: int | None = Field(None, ge=3, description="states held by the rollout (None: store all; "
-                                                                "fewer recompute the rest in the backward)")
+    rollout_budget: int | None = Field(None, ge=3, le=10_000_000, description="states held by the rollout (None: "
+                                                                          "store all; fewer recompute the rest in "
+                                                                          "the backward)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "ClothConfig":
         observation_steps(self.duration, self.dt, self.observations)
+        self._check_dt()
         if self.true.stiffness_variation > 0 and not self.per_spring:
             raise ValueError(f"true.stiffness_variation = {self.true.stiffness_variation:g} needs per_spring: true "
                              "(one shared stiffness cannot match a varying field)")
@@ -140,8 +144,43 @@ class ClothConfig(FitConfig):
             raise ValueError(f"true.stiffness = {self.true.stiffness:g} N/m is outside [{low:g}, {high:g}], the range "
                              "documented for per_spring fits (a stiffer cloth stretches too little to pin one "
                              "stiffness per spring within 1%)")
-
+        held = rollout_states(self, round(self.duration / self.dt))
+        check_memory(self, "nx", self.memory_estimate(),
+                     f"{self.nx} x {self.ny} particles x ({held} states held x 12 + {self.observations} observations x "
+                     "12 + 100) floats")
         return self
+
+    def fit_bounds(self) -> dict[str, tuple[float, float]]:
+        """name -> (low, high): the box the fitted values are clamped to (ScaledParameter), from 0 to
+        STABILITY_MARGIN x the larger of the documented range's top and the initial value."""
+        return {name: (0.0, STABILITY_MARGIN * max(RANGES[name][1], getattr(self.init, name)))
+                for name in ("stiffness", "damping")}
+
+    def _check_dt(self) -> None:
+        """Refuse a dt that SpringSystem's stability check would refuse at the top of the fit's box (the stiffest
+        and most damped system the fit can reach). That check's stiffest pattern in this cloth is one inner
+        particle moved in the cloth's plane: its 4 structural and 4 shear springs give w^2 = 4 k / m and a damping
+        rate gamma = 4 c / m, and dt^2 w^2 + 2 dt gamma < 4 holds for dt < 4 / (gamma + sqrt(gamma^2 + 4 w^2)).
+        (A cloth 2 particles wide has no inner particle, and this bound is then a little stricter than
+        SpringSystem's.) Checked here, from the keys alone, so the error names dt before any GPU work."""
+        (_, k), (_, c) = self.fit_bounds().values()
+        w2, gamma = 4.0 * k / self.particle_mass, 4.0 * c / self.particle_mass
+        limit = 4.0 / (gamma + math.sqrt(gamma ** 2 + 4.0 * w2))
+        if self.dt >= limit:
+            raise ValueError(f"config dt = {self.dt:g} s is too large: the step must stay stable up to "
+                             f"{STABILITY_MARGIN} x the top of the documented ranges or the initial values ({k:g} N/m, "
+                             f"{c:g} N s/m) with particle_mass = {self.particle_mass:g} kg, so dt < {limit:.4g} s "
+                             "(4 / (gamma + sqrt(gamma^2 + 4 w^2)), w^2 = 4 k / m, gamma = 4 c / m)")
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs, per particle (N = nx ny; about 4 springs each): the rollout's held states (x
+        and v, 6 floats) and their gradients, 12 floats per observation (the trajectory and its gradient, the
+        target, the observations in float64 twice on the host) and about 100 floats of coefficients, topology and
+        stability-check scratch: ``4 N (12 held + 12 O + 100)`` plus 1 MiB; held from sopt.sim's rollout plan
+        (steps + 1 without rollout_budget)."""
+        n = self.nx * self.ny
+        held = rollout_states(self, round(self.duration / self.dt))
+        return FLOAT * n * (12 * held + 12 * self.observations + 100) + 2 ** 20
 
 
 def horizontal_cloth(nx: int, ny: int, spacing: float) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -184,12 +223,11 @@ class FitCloth(FittingProblem):
         self.true_stiffness = (stiffness_field(self.springs, cfg.nx, cfg.ny, cfg.true.stiffness,
                                                cfg.true.stiffness_variation)
                                if cfg.per_spring else np.array([cfg.true.stiffness]))
-        self._check_dt()
         self.clean = self.simulate(self.true_stiffness, cfg.true.damping, self.at)    # (K, N, 3) m
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(sopt.get_device(), np.ascontiguousarray(self.observed))
         k_init = np.full(self.n_springs if cfg.per_spring else 1, cfg.init.stiffness)
-        bounds = self.fit_bounds()
+        bounds = cfg.fit_bounds()
         self.stiffness = self.add_parameter("stiffness", k_init, SCALES["stiffness"], UNITS["stiffness"],
                                             low=bounds["stiffness"][0], high=bounds["stiffness"][1])
         self.damping = self.add_parameter("damping", [cfg.init.damping], SCALES["damping"], UNITS["damping"],
@@ -204,25 +242,6 @@ class FitCloth(FittingProblem):
         cfg = self.config
         return SpringSystem(self.x0, self.springs, stiffness=stiffness, damping=damping, mass=cfg.particle_mass,
                             rest_length=self.rest_length, pinned=self.pinned, dt=cfg.dt)
-
-    def fit_bounds(self) -> dict[str, tuple[float, float]]:
-        """name -> (low, high): the box the fitted values are clamped to (ScaledParameter), from 0 to
-        STABILITY_MARGIN x the larger of the documented range's top and the initial value."""
-        cfg = self.config
-        return {name: (0.0, STABILITY_MARGIN * max(RANGES[name][1], getattr(cfg.init, name)))
-                for name in ("stiffness", "damping")}
-
-    def _check_dt(self) -> None:
-        """ValueError unless dt passes SpringSystem's stability check at the top of the fit's box (the stiffest
-        and most damped system the fit can reach)."""
-        cfg = self.config
-        k, c = (high for _, high in self.fit_bounds().values())
-        try:
-            self._system(k, c)
-        except ValueError as exc:
-            raise ValueError(f"config dt = {cfg.dt:g} s is too large: the step must stay stable up to "
-                             f"{STABILITY_MARGIN} x the top of the documented ranges or the initial values "
-                             f"({k:g} N/m, {c:g} N s/m): {exc}") from None
 
     def simulate(self, stiffness: Any, damping: float, at: list[int]) -> np.ndarray:
         """Positions (len(at), N, 3) (m) at steps ``at`` for stiffness (a number or (S,)) and damping, run now

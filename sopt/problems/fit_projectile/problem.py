@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 import slangpy as spy
-from pydantic import Field
+from pydantic import Field, model_validator
 
 import sopt
 from sopt import atomic_write
@@ -50,6 +50,7 @@ from sopt.problems.fitting.config import (AdamConfig, OptimizerConfig, ScheduleC
                                          observation_steps)
 from sopt.problems.fitting.horizon import horizon_fraction
 from sopt.problems.fitting.problem import START_STREAM, Value, rel_error
+from sopt.problems.limits import FLOAT, check_memory
 from sopt.sim import Projectile, State, rollout
 from sopt.tape import Tape
 
@@ -110,6 +111,20 @@ class ProjectileConfig(FitConfig):
                                                                    "step 0 (curriculum; 1: all from the start)")
     horizon_ramp: float = Field(0.6, ge=0.0, le=1.0, description="fraction of the steps over which the loss's "
                                                                  "span grows linearly to the whole duration")
+
+    @model_validator(mode="after")
+    def _fits(self) -> "ProjectileConfig":
+        check_memory(self, "multi_start", self.memory_estimate(),
+                     f"{self.multi_start} starts x {round(self.duration / self.dt)} steps x 2 x 4 floats of states "
+                     f"and their gradients + {self.observations} observations x 8 floats per start")
+        return self
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs: per start (K), the rollout's stored states (x and v, 4 floats, at each of the
+        S + 1 steps) and their gradients, and 8 floats per observation (the tiled target and its host copy, the
+        time grid, the trajectory and its gradient, the loss terms): ``4 (8 K (S + 1) + 8 K O)`` plus 1 MiB."""
+        k, s = self.multi_start, round(self.duration / self.dt)
+        return FLOAT * (8 * k * (s + 1) + 8 * k * self.observations) + 2 ** 20
 
 
 class FitProjectile(FittingProblem):

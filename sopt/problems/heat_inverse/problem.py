@@ -56,6 +56,7 @@ from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule, obser
 from sopt.problems.fitting.problem import Value
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
+from sopt.problems.limits import check_memory, rollout_states
 from sopt.losses import MSELoss
 from sopt.sim import Diffusion2D, rollout
 from sopt.tape import Tape
@@ -76,12 +77,16 @@ def _pair(default: tuple[float, float], low: float, high: float, what: str) -> A
     return Field(list(default), min_length=2, max_length=2, description=f"{what}, each in [{low}, {high}]")
 
 
+Centre = Annotated[float, Field(ge=0.0, le=1.0)]        # plate sides from the lower left corner
+Side = Annotated[float, Field(ge=0.25, le=0.6)]         # a rectangle's width or height, plate sides
+
+
 class Disc(StrictModel):
     """A disc-shaped inclusion."""
 
     otype: Literal["Disc"] = "Disc"
     conductivity: float = _conductivity(2e-4)
-    center: list[float] = _pair((0.55, 0.45), 0.0, 1.0, "centre (x, y) in plate sides from the lower left corner")
+    center: list[Centre] = _pair((0.55, 0.45), 0.0, 1.0, "centre (x, y) in plate sides from the lower left corner")
     radius: float = Field(0.2, ge=0.15, le=0.3, description="radius (plate sides)")
 
     @model_validator(mode="after")
@@ -102,8 +107,8 @@ class Rectangle(StrictModel):
 
     otype: Literal["Rectangle"] = "Rectangle"
     conductivity: float = _conductivity(2e-4)
-    center: list[float] = _pair((0.5, 0.5), 0.0, 1.0, "centre (x, y) in plate sides from the lower left corner")
-    size: list[float] = _pair((0.4, 0.3), 0.25, 0.6, "(width, height) in plate sides")
+    center: list[Centre] = _pair((0.5, 0.5), 0.0, 1.0, "centre (x, y) in plate sides from the lower left corner")
+    size: list[Side] = _pair((0.4, 0.3), 0.25, 0.6, "(width, height) in plate sides")
 
     @model_validator(mode="after")
     def _inside(self) -> "Rectangle":
@@ -132,7 +137,8 @@ class TrueField(StrictModel):
 class InitField(StrictModel):
     """The initial guess: a uniform field."""
 
-    conductivity: float = Field(1e-4, gt=0.0, le=1.0, description="uniform initial conductivity (m^2/s)")
+    # from FIT_LOW, the fit's lower clamp (ScaledParameter refuses an initial value below it)
+    conductivity: float = Field(1e-4, ge=FIT_LOW, le=1.0, description="uniform initial conductivity (m^2/s)")
 
 
 class Tikhonov(StrictModel):
@@ -171,15 +177,16 @@ class HeatConfig(FitConfig):
     dt: float = Field(0.08, gt=0.0, le=1e6, description="simulation time step (s)")
     duration: float = Field(6.0, gt=0.0, le=1e9, description="observed time span (s)")
     observations: int = Field(25, ge=1, le=100_000, description="number of observation times")
-    sensor_grid: list[int] = Field([12, 12], min_length=2, max_length=2,
+    sensor_grid: list[Annotated[int, Field(ge=1, le=4096)]] = Field([12, 12], min_length=2, max_length=2,
                                    description="sensors as a [rows, cols] grid, each in [1, grid]")
     amplitude: float = Field(1.0, gt=0.0, le=1e4, description="initial temperature of the hot (+) and cold (-) "
                                                                 "squares of the checkerboard (K)")
     checker_blocks: int = Field(12, ge=1, le=4096, description="squares per plate side of the initial checkerboard")
     regularization: Regularization = Field(default_factory=TotalVariation,
                                            description="regulariser of the field: {otype: Tikhonov | TV, weight}")
-    rollout_budget: int | None = Field(None, ge=3, description="states held by the rollout (None: store all; "
-                                                                "fewer recompute the rest in the backward)")
+    rollout_budget: int | None = Field(None, ge=3, le=10_000_000, description="states held by the rollout (None: "
+                                                                          "store all; fewer recompute the rest in "
+                                                                          "the backward)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "HeatConfig":
@@ -196,7 +203,21 @@ class HeatConfig(FitConfig):
                              f"{STABILITY_MARGIN} x the top of the documented range or the initial conductivity "
                              f"({kmax:g} m^2/s), so dt <= cell_size^2 / (4 * {STABILITY_MARGIN} * {kmax:g}) = "
                              f"{bound:.4g} s")
+        held = rollout_states(self, round(self.duration / self.dt))
+        check_memory(self, "grid", self.memory_estimate(),
+                     f"{self.grid}^2 cells x ({held} states held x 8 + {self.observations} observations x 24 + 1700) "
+                     "bytes")
         return self
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs, per cell (C = grid^2): the rollout's held temperature fields and their
+        gradients (2 floats each), per observation the trajectory and its gradient (2 floats) and the simulated
+        readings of every cell in float64 on the host (twice), and about 1700 bytes of fixed cost, mostly the true
+        field's 8 x 8 float64 subsamples per cell (three arrays of them) besides the conductivity's parameter,
+        optimiser state and regulariser: ``C (8 held + 24 O + 1700)`` plus 1 MiB; held from sopt.sim's rollout
+        plan (steps + 1 without rollout_budget)."""
+        held = rollout_states(self, round(self.duration / self.dt))
+        return self.grid ** 2 * (8 * held + 24 * self.observations + 1700) + 2 ** 20
 
 
 def true_field(field: TrueField, grid: int) -> np.ndarray:

@@ -24,11 +24,12 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import slangpy as spy
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 import sopt
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
 from sopt.losses import MSELoss
+from sopt.problems.limits import check_memory
 from sopt.sim import NBody, rollout
 
 MASS_RANGE = (0.5, 2.0)       # the documented range of each true mass (recovery within 1% tested there)
@@ -36,8 +37,10 @@ BODIES_RANGE = (2, 5)         # bodies in the cluster
 LAYOUT_SEED = 7               # the ring's fixed jitter (part of the system's definition, not config.seed)
 ORBIT_MASS_PER_BODY = 0.35    # the circular speed is that of a mass 0.35 N at the centre (a bound, rotating ring)
 
+FIT_BOUNDS = (0.05, 10.0)     # the fitted masses are kept within these (a mass <= 0 would make gravity repel)
+
 TrueMass = Annotated[float, Field(ge=MASS_RANGE[0], le=MASS_RANGE[1])]
-InitMass = Annotated[float, Field(gt=0.0, le=10.0)]
+InitMass = Annotated[float, Field(ge=FIT_BOUNDS[0], le=FIT_BOUNDS[1])]
 
 
 class TrueMasses(StrictModel):
@@ -52,7 +55,8 @@ class InitMasses(StrictModel):
     """The initial guess of the masses."""
 
     masses: list[InitMass] = Field([1.0, 1.0, 1.0, 1.0], min_length=BODIES_RANGE[0], max_length=BODIES_RANGE[1],
-                                description="initial guess of each body's mass, each in (0, 10] (mass units); "
+                                description=f"initial guess of each body's mass, each in [{FIT_BOUNDS[0]}, "
+                                            f"{FIT_BOUNDS[1]}] (mass units); "
                                             "as many as true.masses")
 
 
@@ -70,6 +74,23 @@ class NBodyMassesConfig(FitConfig):
                                                                  "window (the last at its end)")
     softening: float = Field(0.1, ge=0.02, le=0.5, description="Plummer softening length (length units)")
     steps: int = Field(200, ge=1, le=10_000_000, description="optimiser steps")
+    # the ring is 1 to 2 length units across: noise beyond 1 would bury the orbits
+    noise_std: float = Field(0.0, ge=0.0, le=1.0, description="std of the noise on each observed coordinate "
+                                                              "(length units)")
+
+    @model_validator(mode="after")
+    def _fits(self) -> "NBodyMassesConfig":
+        check_memory(self, "dt", self.memory_estimate(),
+                     f"{len(self.true.masses)} bodies x {round(self.duration / self.dt)} steps x 80 bytes")
+        return self
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs, per body (N): the rollout's stored states (x and v, 4 floats, at each of the
+        S + 1 steps) and their gradients, and orbits.png's trajectories of every step (the fitted and the initial
+        guess's: 2 floats on the device and 2 float64 on the host, each twice), per observation 8 floats:
+        ``N (80 (S + 1) + 32 O)`` plus 1 MiB."""
+        n, s = len(self.true.masses), round(self.duration / self.dt)
+        return n * (80 * (s + 1) + 32 * self.n_observations) + 2 ** 20
 
     # cross-key checks as field validators (each error then names its key); fields validate in declaration
     # order, so info.data holds the keys declared before
@@ -129,8 +150,9 @@ class NBodyMasses(FittingProblem):
         self.clean = self.simulate(np.asarray(c.true.masses))                    # (K, N, 2)
         self.observed = self.add_noise(self.clean)
         self.target = spy.Tensor.from_numpy(sopt.get_device(), self.observed)
-        # kept within [0.05, 10] (a mass <= 0 would make gravity repel); the true ones lie well inside
-        self.masses = self.add_parameter("masses", c.init.masses, scale=1.0, unit="mass units", low=0.05, high=10.0)
+        # kept within FIT_BOUNDS (init.masses' bounds); the true ones lie well inside
+        self.masses = self.add_parameter("masses", c.init.masses, scale=1.0, unit="mass units", low=FIT_BOUNDS[0],
+                                         high=FIT_BOUNDS[1])
         self.sim = NBody(self.x0, self.v0, self.masses.physical, dt=c.dt, G=1.0, softening=c.softening)
         self.loss_fn = MSELoss()
         self.initial_guess = np.asarray(c.init.masses, np.float64)

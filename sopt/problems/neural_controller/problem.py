@@ -22,11 +22,12 @@ import pathlib
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 import sopt
 from sopt.problems.fitting import FitConfig, FittingProblem
 from sopt.problems.fitting.config import AdamConfig, OptimizerConfig
+from sopt.problems.limits import check_memory
 from sopt.problems.neural_controller.controller import NeuralController, walk_loss
 from sopt.problems.neural_controller.robot import Robot, build_robot
 from sopt.parameter import Parameter
@@ -60,8 +61,26 @@ class NeuralControllerConfig(FitConfig):
     optimizer: OptimizerConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.01),
                                        description="optimiser of the MLP's weights, tiny-cuda-nn style")
     steps: int = Field(30, ge=1, le=10_000_000, description="training steps (one walk and its backward each)")
-    log_every: int = Field(5, ge=1, description="steps between metrics records (each waits for the GPU)")
-    checkpoint_every: int = Field(20, ge=1, description="steps between checkpoints")
+    log_every: int = Field(5, ge=1, le=10_000_000, description="steps between metrics records (each waits for "
+                                                                "the GPU)")
+    checkpoint_every: int = Field(20, ge=1, le=10_000_000, description="steps between checkpoints")
+
+    @model_validator(mode="after")
+    def _fits(self) -> "NeuralControllerConfig":
+        check_memory(self, "episode_steps", self.memory_estimate(),
+                     f"{self.episode_steps} steps x (the robot's state + {self.hidden_layers} x {self.hidden_features}"
+                     " hidden activations) x 8 bytes")
+        return self
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs: at each of the T + 1 steps the tape keeps the robot's state (16 particles'
+        x and v: 64 floats), the MLP's input (n_sin_waves + 64 floats), its hidden activations before and after
+        tanh (2 x hidden_layers x hidden_features) and the 8 actuations, each with its gradient (x 2 x 4 bytes);
+        the MLP's weights are at most 4 x 256^2 floats with their optimiser state (x 6): ``8 (T + 1) (136 +
+        n_sin + 2 L H) + 24 (64 + n_sin + L H) H`` plus 1 MiB."""
+        t, h, layers = self.episode_steps, self.hidden_features, self.hidden_layers
+        per_step = 136 + self.n_sin_waves + 2 * layers * h
+        return 8 * (t + 1) * per_step + 24 * (64 + self.n_sin_waves + layers * h) * h + 2 ** 20
 
 
 class NeuralControllerProblem(FittingProblem):

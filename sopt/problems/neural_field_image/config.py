@@ -17,8 +17,7 @@ import os
 import pathlib
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import Field, field_validator, model_validator
 
 from sopt.config.registry import union
 from sopt.config.schema import defaults, merge, read_json_file, validate
@@ -29,6 +28,7 @@ from sopt.nn.fully_fused_mlp import MAX_WIDTH
 from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
+from sopt.problems.limits import FLOAT, check_memory, file_problem, refuse
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
 IN_FEATURES, OUT_FEATURES = 2, 3   # (x, y) -> RGB
@@ -73,53 +73,85 @@ class NeuralFieldImageConfig(ProblemConfig):
     @field_validator("image")
     @classmethod
     def _image_file_exists(cls, value: str | None) -> str | None:
-        if value is not None and not pathlib.Path(value).is_file():
-            what = "is a folder" if pathlib.Path(value).is_dir() else "does not exist"
-            raise ValueError(f"{what}; expected a PNG/JPEG/... file")
+        problem = file_problem(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(f"{problem}; expected a PNG/JPEG/... file")
         # absolute, so the resolved config.toml still names the file when the run is resumed from elsewhere
         return str(pathlib.Path(value).resolve()) if value is not None else None
 
     @model_validator(mode="after")
     def _sizes_the_kernels_take(self) -> "NeuralFieldImageConfig":
-        errors: list[InitErrorDetails] = []
-
-        def refuse(loc: tuple[str, ...], value: Any, message: str) -> None:
-            errors.append(InitErrorDetails(type=PydanticCustomError("sizes", message), loc=loc, input=value))
-
+        errors: list[tuple[tuple[str, ...], Any, str]] = []   # (dotted key, value, message), see limits.refuse
         enc, net = self.encoding, self.network
         fused = net.otype == "FullyFusedMLP"
-        if enc.otype == "Frequency":
-            enc_width = IN_FEATURES * 2 * enc.n_frequencies
-        elif enc.otype == "HashGrid":
-            enc_width = enc.n_levels * enc.n_features_per_level
-            levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
-                                 enc.per_level_scale)
-            entries = (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
+        enc_width = self._encoding_width()
+        if enc.otype == "HashGrid":
+            entries = self._table_entries()
             limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
             if entries > limit:
-                refuse(("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
-                       f"the table would hold {entries} floats, more than {limit}"
-                       f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels")
-        else:
-            enc_width = IN_FEATURES
+                errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
+                               f"the table would hold {entries} floats, more than {limit}"
+                               f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
         if fused and enc_width > MAX_WIDTH:
             key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
-            refuse(("encoding", key), getattr(enc, key),
-                   f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}")
+            errors.append((("encoding", key), getattr(enc, key),
+                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
         # floats per sample in the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)
         net_width = net.n_neurons * net.n_hidden_layers + OUT_FEATURES if fused else net.n_neurons
         widest = max(enc_width, net_width, OUT_FEATURES)
         if self.image_size ** 2 * widest > MAX_ELEMENTS:
-            refuse(("image_size",), self.image_size,
-                   f"evaluating the whole image needs {self.image_size}^2 pixels x {widest} floats, more than "
-                   f"{MAX_ELEMENTS} (32-bit tensor indices); lower it or the network's width")
+            errors.append((("image_size",), self.image_size,
+                           f"evaluating the whole image needs {self.image_size}^2 pixels x {widest} floats, more "
+                           f"than {MAX_ELEMENTS} (32-bit tensor indices); lower it or the network's width"))
         if self.batch_size * widest > MAX_ELEMENTS:
-            refuse(("batch_size",), self.batch_size,
-                   f"a batch needs {self.batch_size} pixels x {widest} floats, more than {MAX_ELEMENTS} (32-bit "
-                   "tensor indices); lower it or the network's width")
-        if errors:
-            raise ValidationError.from_exception_data(type(self).__name__, errors)
+            errors.append((("batch_size",), self.batch_size,
+                           f"a batch needs {self.batch_size} pixels x {widest} floats, more than {MAX_ELEMENTS} "
+                           "(32-bit tensor indices); lower it or the network's width"))
+        refuse(self, errors)
+        check_memory(self, "batch_size" if 2 * self.batch_size > self.image_size ** 2 else "image_size",
+                     self.memory_estimate(),
+                     f"{self.image_size}^2 pixels and {self.batch_size} per batch x {self._floats_per_sample()} floats, "
+                     f"{self._parameter_count()} parameters x 6")
         return self
+
+    def _encoding_width(self) -> int:
+        """Features the encoding gives per sample."""
+        enc = self.encoding
+        if enc.otype == "Frequency":
+            return IN_FEATURES * 2 * enc.n_frequencies
+        if enc.otype == "HashGrid":
+            return enc.n_levels * enc.n_features_per_level
+        return IN_FEATURES
+
+    def _table_entries(self) -> int:
+        """Floats in the hash grid's table (0 without a HashGrid encoding)."""
+        enc = self.encoding
+        if enc.otype != "HashGrid":
+            return 0
+        levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
+                             enc.per_level_scale)
+        return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
+
+    def _floats_per_sample(self) -> int:
+        """Floats one pixel takes through the model: coordinates, target, encoding, every hidden layer before and
+        after its activation, the output."""
+        net = self.network
+        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + \
+            OUT_FEATURES
+
+    def _parameter_count(self) -> int:
+        """Trainable floats: the hash table's entries (HashGrid) and the network's weights and biases."""
+        n = self.network.n_neurons
+        return self._table_entries() + (self._encoding_width() + 1) * n + (n + 1) * n * (self.network.n_hidden_layers - 1) + \
+            (n + 1) * OUT_FEATURES
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs: the whole image's evaluation (P = image_size^2 pixels) and a batch (B) with
+        its gradients, each sample F floats (:meth:`_floats_per_sample`), the parameters with gradient, Adam's two
+        moments and the double buffer (6 x W floats), and the image in float64 on the host three times (loaded,
+        target, reconstruction): ``4 (P F + 2 B F + 6 W) + 72 P`` plus 1 MiB."""
+        f, pixels = self._floats_per_sample(), self.image_size ** 2
+        return FLOAT * (pixels * f + 2 * self.batch_size * f + 6 * self._parameter_count()) + 72 * pixels + 2 ** 20
 
 
 DEFAULT_CONFIG: dict[str, Any] = defaults(NeuralFieldImageConfig)
