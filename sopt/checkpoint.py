@@ -25,6 +25,7 @@ a member the metadata does not refer to, or one that would inflate beyond that, 
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import math
@@ -181,12 +182,12 @@ def _open_archive(f: BinaryIO, where: str, max_members: int) -> zipfile.ZipFile:
     try:
         # zipfile's own reader of the end-of-archive record (a bounded read of the file's tail): ZipFile would
         # otherwise read and parse a central directory of whatever size the record declares
-        end = zipfile._EndRecData(f)  # noqa: SLF001
+        end = zipfile._EndRecData(f)
     except OSError as exc:
         raise CheckpointError(f"{where} cannot be read: {exc}") from exc
     if end is None:
         raise CheckpointError(f"{where} is not a sopt checkpoint or is damaged: it has no zip end-of-archive record")
-    members, directory = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]  # noqa: SLF001
+    members, directory = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]
     if members > max_members or directory > max_members * _MAX_DIRECTORY_ENTRY:
         raise CheckpointError(f"{where} declares {members} members in a {directory}-byte directory; at most "
                               f"{max_members} members are expected for what is loaded into")
@@ -195,7 +196,7 @@ def _open_archive(f: BinaryIO, where: str, max_members: int) -> zipfile.ZipFile:
     except Exception as exc:   # BadZipFile, ValueError, EOFError, struct.error, ...: the file is damaged
         raise CheckpointError(f"{where} is not a sopt checkpoint or is damaged: {type(exc).__name__}: {exc}") from exc
     names = [info.filename for info in archive.infolist()]
-    repeated = sorted({name for name in names if names.count(name) > 1}) if len(set(names)) < len(names) else []
+    repeated = sorted(name for name, count in collections.Counter(names).items() if count > 1)
     if len(names) > max_members or repeated:
         archive.close()
         what = f"member(s) {repeated} more than once" if repeated else f"{len(names)} members"
