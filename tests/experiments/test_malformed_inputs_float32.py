@@ -49,8 +49,8 @@ FLOAT32_CASES: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
      ["{tmp}/c.json", *SMALL, "steps=2"], ["config optimizer.epsilon = 5e-324: " + ZERO]),
     ("nbody_noise_std_inf", {}, ["--problem", "nbody_masses", "steps=2", "noise_std=1e39"],
      ["config noise_std = 1e+39: "]),   # float32 stores it as inf (or a bound of its own refuses it first)
-    ("list_element_subnormal", {}, ["--problem", "heat_inverse", "steps=2", "true.inclusion.center=[1e-45, 0.5]"],
-     ["config true.inclusion.center = [1e-45, 0.5]: its element 1e-45: " + SUBNORMAL]),
+    ("huber_delta", {}, ["--problem", "neural_field_image", "steps=2", "image_size=16", "loss.otype=Huber",
+                         "loss.delta=1e-45"], ["config loss.delta = 1e-45: " + SUBNORMAL]),
 ]
 
 
