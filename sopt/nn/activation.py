@@ -21,10 +21,13 @@ from sopt.validation import check_float
 class Activation(Module):
     """Base of the element-wise activations: y = f(x) element by element, shape preserved.
 
-    Subclasses name their Slang struct (``slang_name``) and give its two float parameters (``slang_params``).
+    Subclasses name their Slang struct (``slang_name``, in slang_lib/nn/activation_functions.slang, the one
+    definition the layer kernels and FullyFusedMLP's fused kernels share), give its two float parameters
+    (``slang_params``) and their canonical lower-case name (``key``: "relu", "leaky_relu", ...).
     """
 
     slang_name: ClassVar[str]
+    key: ClassVar[str]
     in_features = None   # any: shape-preserving
     out_features = None
 
@@ -66,12 +69,14 @@ class ReLU(Activation):
     """max(x, 0)."""
 
     slang_name = "ReLU"
+    key = "relu"
 
 
 class LeakyReLU(Activation):
     """x for x > 0, else ``slope * x`` (torch's ``negative_slope``)."""
 
     slang_name = "LeakyReLU"
+    key = "leaky_relu"
 
     def __init__(self, slope: float = 0.01) -> None:
         super().__init__()
@@ -89,24 +94,28 @@ class Sigmoid(Activation):
     """1 / (1 + exp(-x)), evaluated without overflow."""
 
     slang_name = "Sigmoid"
+    key = "sigmoid"
 
 
 class Tanh(Activation):
     """tanh(x)."""
 
     slang_name = "Tanh"
+    key = "tanh"
 
 
 class SiLU(Activation):
     """x * sigmoid(x) (swish)."""
 
     slang_name = "SiLU"
+    key = "silu"
 
 
 class Softplus(Activation):
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch.nn.Softplus). beta > 0."""
 
     slang_name = "Softplus"
+    key = "softplus"
 
     def __init__(self, beta: float = 1.0, threshold: float = 20.0) -> None:
         super().__init__()
@@ -125,6 +134,7 @@ class Sine(Activation):
     """sin(w0 * x), SIREN's activation (Sitzmann et al. 2020); pair it with SIREN initialisation (see MLP)."""
 
     slang_name = "Sine"
+    key = "sine"
 
     def __init__(self, w0: float = 30.0) -> None:
         super().__init__()
@@ -143,15 +153,46 @@ ACTIVATIONS: dict[str, type[Activation]] = {
     "softplus": Softplus, "sine": Sine, "sin": Sine,
 }
 _NONE = ("none", "identity", "linear")
+NONE_KEY = "none"   # activation_key of no activation
+
+
+def activation_class(name: str, who: str = "activation") -> type[Activation] | None:
+    """The Activation class ``name`` stands for, or None for no activation: the one name normaliser of sopt.nn.
+
+    Case and underscores are ignored (``"LeakyReLU"``, ``"leaky_relu"`` and ``"leakyrelu"`` are the same);
+    ``"None"``/``"identity"``/``"linear"`` mean no activation. ValueError naming ``who`` and listing the
+    allowed names for anything else.
+    """
+    key = name.lower().replace("_", "")
+    if key in _NONE:
+        return None
+    cls = ACTIVATIONS.get(key)
+    if cls is None:
+        allowed = ", ".join(repr(n) for n in sorted({*(c.key for c in ACTIVATIONS.values()), *_NONE, "swish", "sin"}))
+        raise ValueError(f"unknown activation {name!r}: {who} must be one of {allowed} (case and underscores "
+                         "ignored)")
+    return cls
+
+
+def activation_key(activation: Activation | None) -> str:
+    """The canonical lower-case name of ``activation`` ("relu", "leaky_relu", ...; "none" for None)."""
+    return NONE_KEY if activation is None else type(activation).key
+
+
+def slang_activation(activation: Activation | None) -> tuple[str, tuple[float, float]]:
+    """(Slang struct, its ``p``) of ``activation`` for a kernel that fuses it: ``("Identity", (0, 0))`` for None."""
+    if activation is None:
+        return "Identity", (0.0, 0.0)
+    return activation.slang_name, activation.slang_params
 
 
 def make_activation(spec: Any, who: str = "activation") -> Activation | None:
     """An Activation from a config value, or None for no activation.
 
     ``spec``: None; a name, case and underscores ignored (``"relu"``, ``"ReLU"``, ``"leaky_relu"``, ``"SiLU"``,
-    ``"Softplus"``, ``"Sine"``, ... ; ``"None"``/``"identity"``/``"linear"`` for none); a dict with ``"otype"``
-    (tiny-cuda-nn style) and the constructor's keyword arguments (``{"otype": "LeakyReLU", "slope": 0.1}``);
-    or an Activation instance.
+    ``"Softplus"``, ``"Sine"``, ... ; ``"None"``/``"identity"``/``"linear"`` for none; see activation_class);
+    a dict with ``"otype"`` (tiny-cuda-nn style) and the constructor's keyword arguments
+    (``{"otype": "LeakyReLU", "slope": 0.1}``); or an Activation instance.
     """
     if spec is None or isinstance(spec, Activation):
         return spec
@@ -163,14 +204,11 @@ def make_activation(spec: Any, who: str = "activation") -> Activation | None:
         spec = spec["otype"]
     if not isinstance(spec, str):
         raise ValueError(f"{who}: expected None, a name, a dict with 'otype' or an Activation, got {type(spec).__name__}")
-    key = spec.lower().replace("_", "")
-    if key in _NONE:
+    cls = activation_class(spec, who)
+    if cls is None:
         if options:
             raise ValueError(f"{who}: activation {spec!r} takes no options, got {sorted(options)}")
         return None
-    cls = ACTIVATIONS.get(key)
-    if cls is None:
-        raise ValueError(f"{who}: unknown activation {spec!r}; allowed: {sorted({*ACTIVATIONS, *_NONE})}")
     try:
         return cls(**options)
     except TypeError:

@@ -15,7 +15,14 @@ groups' sums in group order into the gradient.
 Use it where a ``Sequential`` of ``Linear`` layers is too slow.
 
 The frequency encoding is tiny-cuda-nn's, sin/cos(2^k pi x), computed with exact argument reduction
-(accurate to float32 rounding even at 2^15 pi x, where sin(float(2^k pi) * x) is off by ~1e-3).
+(accurate to float32 rounding even at 2^15 pi x, where sin(float(2^k pi) * x) is off by ~1e-3); the same
+maths (slang_lib/nn/frequency_math.slang) as FrequencyEncoding's.
+
+One MLP: the activations are the Slang structs MLP's layers use (slang_lib/nn/activation_functions.slang,
+with their parameters: LeakyReLU's slope, Sine's w0, Softplus' beta and threshold), named and parsed as
+for MLP (sopt.nn.activation.make_activation); the initial weights are MLP's (sopt.nn.mlp.initial_layer_weights)
+for the same seed; and ``state_dict()`` has MLP's keys and shapes, so that after
+``ff.load_state_dict(mlp.state_dict())`` both compute the same function and gradients.
 
 Network, for hidden layers j = 0..L-1 and the output layer L::
 
@@ -24,14 +31,17 @@ Network, for hidden layers j = 0..L-1 and the output layer L::
     y = out_act(W_L a_L + b_L)    (out_features)
 
 Parameters: one flat Parameter ``params`` holding, layer after layer, W_j (out x padded in, row-major) then
-b_j, each layer starting at a multiple of 4 floats (``layer_slices`` gives each layer's views). Initialised
-like torch.nn.Linear: W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (padding columns zero). Sizes:
-hidden_features and the padded in_features must be <= 64 (registers and groupshared tiles).
+b_j, each layer starting at a multiple of 4 floats (``layer_slices`` gives each layer's views; padding columns
+zero). ``named_parameters()`` is that one Parameter (what optimisers and sopt.save/load see, so checkpoints
+keep their layout); ``state_dict()`` / ``load_state_dict()`` instead give per-layer arrays named like an
+``MLP``'s: ``"{k}.weight"`` (out, in) and ``"{k}.bias"`` for layer k, with k counted from 1 when a frequency
+encoding is fused (MLP's encoding is its module 0). Initialised like MLP (Kaiming for ReLU / LeakyReLU hidden
+layers, SIREN for Sine, torch.nn.Linear's default otherwise). Sizes: hidden_features and the padded
+in_features must be <= 64 (registers and groupshared tiles).
 """
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from typing import Any, Iterator, Literal
 
@@ -42,23 +52,20 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.config.schema import StrictModel
-from sopt.nn.activation import ActivationName
+from sopt.nn.activation import (Activation, ActivationName, activation_key, activation_name, make_activation,
+                                slang_activation)
+from sopt.nn.mlp import initial_layer_weights
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.tape import current_tape, new_tensor
-from sopt.validation import check_bool, check_choice, check_int
+from sopt.validation import check_bool, check_int
 
 NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile
 _MAX_BOUND = 8192  # bound kernels (and forward calls) remembered: a rollout calls the network once per step
-ACTIVATIONS = {"none": 0, "relu": 1, "leaky_relu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "softplus": 6, "sine": 7}
 MAX_WIDTH = 64
 _MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
 
-
-# config activation name (tiny-cuda-nn's) -> this module's name
-CONFIG_ACTIVATIONS = {"None": "none", "ReLU": "relu", "LeakyReLU": "leaky_relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
-                      "SiLU": "silu", "Softplus": "softplus", "Sine": "sine"}
 
 
 class FullyFusedMLPConfig(ComponentConfig):
@@ -99,6 +106,15 @@ def _inputs_per_thread(o4: int, i4: int) -> int:
     return 4 * m
 
 
+def _make_activation(value: Any, what: str) -> Activation | None:
+    """The activation of argument ``what``: as for MLP (make_activation), except that None is refused (the
+    constructor's names default to "relu" / "none"; a missing value is more likely a mistake)."""
+    if not isinstance(value, (str, dict, Activation)):
+        raise ValueError(f"FullyFusedMLP {what} must be a name (e.g. 'ReLU', 'None'), a dict with 'otype' or an "
+                         f"Activation, got {value!r}")
+    return make_activation(value, f"FullyFusedMLP {what}")
+
+
 @register("network", "FullyFusedMLP", FullyFusedMLPConfig)
 class FullyFusedMLP(Module):
     """MLP with fused kernels; see the module docstring for the maths and the parameter layout.
@@ -107,14 +123,17 @@ class FullyFusedMLP(Module):
         in_features, out_features: input and output widths.
         hidden_features: width of every hidden layer (<= 64).
         hidden_layers: number of hidden layers L (>= 1).
-        activation / output_activation: one of ``ACTIVATIONS`` (``"sine"`` is sin(30 z)).
-        seed: initialisation seed.
+        activation / output_activation: as for MLP: a name (case and underscores ignored, ``"None"`` for none),
+            a dict ``{"otype": "LeakyReLU", "slope": 0.1}`` or an Activation; ``self.activation`` /
+            ``self.output_activation`` hold the canonical lower-case name (``"leaky_relu"``, ``"none"``), and
+            ``activation_module`` / ``output_activation_module`` the Activation (None for none).
+        seed: initialisation seed (the same as MLP's: the same seed gives the same weights).
         deterministic: bit-identical weight gradients run to run (a fixed-order reduction over the thread
             groups, one more dispatch per backward; see the module docstring).
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 3,
-                 activation: str = "relu", output_activation: str = "none", encoding: dict | None = None,
+                 activation: Any = "relu", output_activation: Any = "none", encoding: dict | None = None,
                  seed: int = 0, deterministic: bool = False) -> None:
         in_features = check_int(in_features, "FullyFusedMLP in_features", low=1)
         out_features = check_int(out_features, "FullyFusedMLP out_features", low=1)
@@ -138,11 +157,12 @@ class FullyFusedMLP(Module):
                              f"must be <= {MAX_WIDTH}, got {encoded}, {hidden_features}, {out_features}")
         if hidden_features % 4:
             raise ValueError(f"FullyFusedMLP: hidden_features must be a multiple of 4, got {hidden_features}")
-        for name, value in (("activation", activation), ("output_activation", output_activation)):
-            check_choice(value, f"FullyFusedMLP {name}", sorted(ACTIVATIONS))
+        act, out_act = (_make_activation(value, name) for name, value in (("activation", activation),
+                                                                           ("output_activation", output_activation)))
         self.in_features, self.out_features = in_features, out_features
         self.hidden_features, self.hidden_layers = hidden_features, hidden_layers
-        self.activation, self.output_activation = activation, output_activation
+        self.activation_module, self.output_activation_module = act, out_act
+        self.activation, self.output_activation = activation_key(act), activation_key(out_act)
         self.training = True
         # (padded in, logical in, out, offset) per layer
         self.layers: list[tuple[int, int, int, int]] = []
@@ -153,15 +173,9 @@ class FullyFusedMLP(Module):
             o = out_features if j == hidden_layers else hidden_features
             self.layers.append((i_pad, i_log, o, offset))
             offset += _align4(o * i_pad + o)
-        rng = np.random.default_rng(seed)
-        flat = np.zeros(offset, np.float32)
-        for i_pad, i_log, o, off in self.layers:
-            bound = 1.0 / math.sqrt(i_log)
-            w = np.zeros((o, i_pad), np.float32)
-            w[:, :i_log] = rng.uniform(-bound, bound, (o, i_log))
-            flat[off:off + o * i_pad] = w.ravel()
-            flat[off + o * i_pad: off + o * i_pad + o] = rng.uniform(-bound, bound, o)
-        self.params = Parameter(flat, name="params")
+        self._n_params = offset
+        widths = [encoded] + [hidden_features] * hidden_layers + [out_features]
+        self.params = Parameter(self._flatten(initial_layer_weights(widths, act, out_act, True, seed)), name="params")
         # the output layer's backward runs inside the last hidden layer's kernel (no dL/dz round trip through
         # memory) when it has <= 4 outputs and the last hidden layer is not layer 0
         self._fold_top = out_features <= 4 and hidden_layers >= 2
@@ -184,20 +198,53 @@ class FullyFusedMLP(Module):
                                  "encodings before it in a sopt.nn.Sequential")
             encoding = encoding.model_dump()
         return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
-                   activation=CONFIG_ACTIVATIONS[config.activation],
-                   output_activation=CONFIG_ACTIVATIONS[config.output_activation], encoding=encoding, seed=seed,
-                   deterministic=deterministic)
+                   activation=config.activation, output_activation=config.output_activation, encoding=encoding,
+                   seed=seed, deterministic=deterministic)
 
     def to_config(self) -> FullyFusedMLPConfig:
         """The network's config (a fused frequency encoding is a section of its own, ``{"otype": "Frequency",
-        "n_frequencies": self.n_frequencies}``; the seed and ``deterministic`` are build arguments)."""
-        names = {v: k for k, v in CONFIG_ACTIVATIONS.items()}
-        return FullyFusedMLPConfig(n_neurons=self.hidden_features, n_hidden_layers=self.hidden_layers,
-                                   activation=names[self.activation], output_activation=names[self.output_activation])
+        "n_frequencies": self.n_frequencies}``; the seed and ``deterministic`` are build arguments). ValueError
+        for an activation with non-default options (a config names the activation only)."""
+        return FullyFusedMLPConfig(
+            n_neurons=self.hidden_features, n_hidden_layers=self.hidden_layers,
+            activation=activation_name(self.activation_module, "FullyFusedMLP.to_config activation"),
+            output_activation=activation_name(self.output_activation_module, "FullyFusedMLP.to_config output_activation"))
 
     # -- parameters ----------------------------------------------------------------------------------------------
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "params", self.params
+
+    def _state_names(self) -> list[tuple[str, str]]:
+        """(weight key, bias key) per layer: MLP's names (its layer k is module k, or k + 1 after an encoding)."""
+        first = 1 if self.n_frequencies else 0
+        return [(f"{first + j}.weight", f"{first + j}.bias") for j in range(len(self.layers))]
+
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Per-layer float32 copies named and shaped as an MLP's of the same sizes (``"0.weight"`` (out, in),
+        ``"0.bias"``, ...; see the module docstring): not ``named_parameters()``'s one flat ``params``."""
+        return self.as_state_dict(self.params.numpy())
+
+    def as_state_dict(self, flat: np.ndarray) -> "OrderedDict[str, np.ndarray]":
+        """A flat vector laid out as ``params`` (its values, its gradient ``params.grad_numpy()``, vjp's
+        ``grads["params"]``) as per-layer arrays keyed as ``state_dict()``."""
+        state: OrderedDict[str, np.ndarray] = OrderedDict()
+        for (wk, bk), (w, b) in zip(self._state_names(), self.layer_slices(flat)):
+            state[wk], state[bk] = w, b
+        return state
+
+    def _load_state(self, values: dict[str, np.ndarray]) -> None:
+        """Write the checked per-layer ``values`` into the flat ``params`` (layers absent from ``values`` keep theirs)."""
+        layers = [(values.get(wk, w), values.get(bk, b)) for (wk, bk), (w, b) in zip(self._state_names(),
+                                                                                   self.layer_slices())]
+        self.params.load(self._flatten(layers))
+
+    def _flatten(self, layers: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
+        """The flat parameter vector of per-layer (W (out, in), b (out,)), padding columns and gaps zero."""
+        flat = np.zeros(self._n_params, np.float32)
+        for (i_pad, i_log, o, off), (w, b) in zip(self.layers, layers, strict=True):
+            flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log] = w
+            flat[off + o * i_pad: off + o * i_pad + o] = b
+        return flat
 
     def layer_slices(self, flat: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """(W_j, b_j) per layer as numpy arrays cut from ``flat`` (default: the current values), W_j (out, in)."""
@@ -207,23 +254,19 @@ class FullyFusedMLP(Module):
 
     def load_layers(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Set every (W_j, b_j) from arrays shaped (out, in) and (out,), e.g. copied from torch.nn.Linear."""
-        flat = self.params.numpy()
         for (i_pad, i_log, o, off), (w, b) in zip(self.layers, layers, strict=True):
-            w = np.asarray(w, np.float32)
-            if w.shape != (o, i_log) or np.shape(b) != (o,):
+            if np.shape(w) != (o, i_log) or np.shape(b) != (o,):
                 raise ValueError(f"FullyFusedMLP.load_layers: expected W {(o, i_log)} and b {(o,)}, got "
-                                 f"{w.shape} and {np.shape(b)}")
-            padded = np.zeros((o, i_pad), np.float32)
-            padded[:, :i_log] = w
-            flat[off:off + o * i_pad] = padded.ravel()
-            flat[off + o * i_pad: off + o * i_pad + o] = b
-        self.params.load(flat)
+                                 f"{np.shape(w)} and {np.shape(b)}")
+        self.params.load(self._flatten(layers))
 
     # -- kernels -------------------------------------------------------------------------------------------------
     def _compile(self) -> dict[str, spy.ComputeKernel]:
         if self._kernels is not None:
             return self._kernels
-        act, out_act = ACTIVATIONS[self.activation], ACTIVATIONS[self.output_activation]
+        # the shared activation structs, bound to the act_p / out_act_p uniforms (see _kernel)
+        act = f"HiddenAct<{slang_activation(self.activation_module)[0]}>"
+        out_act = f"OutputAct<{slang_activation(self.output_activation_module)[0]}>"
         h, L, out = self.hidden_features, self.hidden_layers, self.out_features
         raw, freqs = self.in_features, self.n_frequencies
         in4, out4 = _align4(self.encoded_features), _align4(out)
@@ -251,7 +294,8 @@ class FullyFusedMLP(Module):
             lines.append(f"{header}void reduce_partials(uint3 tid: SV_DispatchThreadID) {{ ffmlp_reduce_partials(tid.x); }}")
             names.append("reduce_partials")
         device = dev.get_device()
-        key = f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{act}_{out_act}_{det}"
+        key = (f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{slang_activation(self.activation_module)[0]}_"
+               f"{slang_activation(self.output_activation_module)[0]}_{det}")
         kernels = {}
         with dev.compiling(f"FullyFusedMLP ({self.in_features} -> {h} x {L} -> {out}, kernels {key})"):
             module = device.load_module_from_source(key, "\n".join(lines))
@@ -308,7 +352,9 @@ class FullyFusedMLP(Module):
             if len(self._bound) > _MAX_BOUND:
                 self._bound.clear()
             bound = dev.BoundKernel(self._compile()[name], mlp_x=x.storage, x_off=x.offset, n_rows=n,
-                                    n_pad=-(-n // TS) * TS, mlp_saved=saved.storage, saved_off=saved.offset)
+                                    n_pad=-(-n // TS) * TS, mlp_saved=saved.storage, saved_off=saved.offset,
+                                    act_p=spy.float2(*slang_activation(self.activation_module)[1]),
+                                    out_act_p=spy.float2(*slang_activation(self.output_activation_module)[1]))
             self._bound[key] = bound
         return bound
 

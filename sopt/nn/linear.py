@@ -10,7 +10,7 @@ import slangpy as spy
 from slangpy.slangpy import Shape
 
 from sopt import init
-from sopt.nn.activation import Activation, make_activation
+from sopt.nn.activation import Activation, make_activation, slang_activation
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy, has_grad
 from sopt.nn.kernels import backward_function, function, launch
 from sopt.nn.module import Module
@@ -21,6 +21,17 @@ from sopt.validation import check_bool, check_int
 TILE = 4                # weight-gradient block per thread, TILE x TILE (linear.slang's TILE)
 ROWS_PER_CHUNK = 512    # batch rows one weight-gradient thread sums before its atomic add
 GROUP_THREADS = 256     # threads per group of the weight-gradient kernel (blocks of one chunk share a group)
+
+
+def init_linear_(weight: Parameter, bias: Parameter | None, seed: int) -> None:
+    """torch.nn.Linear's default initialisation of ``weight`` (out, in) and ``bias`` (out,), in place:
+    W ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), b ~ U(-1/sqrt(in), 1/sqrt(in)), from
+    independent streams derived from ``seed``. (Anything with sopt.init's ``shape`` and ``load`` will do:
+    sopt.nn.mlp.initial_layer_weights initialises host arrays with it.)"""
+    init.kaiming_uniform_(weight, a=math.sqrt(5.0), seed=derive_seed(seed, 0))
+    if bias is not None:
+        bound = 1.0 / math.sqrt(weight.shape[1])
+        init.uniform_(bias, -bound, bound, seed=derive_seed(seed, 1))
 
 
 class Linear(Module):
@@ -56,13 +67,11 @@ class Linear(Module):
         seed = check_int(seed, "Linear seed", low=0)
         self.activation: Activation | None = make_activation(activation, "Linear activation")
         self.weight = Parameter(np.zeros((self.out_features, self.in_features), np.float32), name="weight")
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5.0), seed=derive_seed(seed, 0))
         self.bias: Parameter | None = None
         if bias:
             self.bias = Parameter(np.zeros(self.out_features, np.float32), name="bias")
-            bound = 1.0 / math.sqrt(self.in_features)
-            init.uniform_(self.bias, -bound, bound, seed=derive_seed(seed, 1))
-        act = self.activation.slang_name if self.activation is not None else "Identity"
+        init_linear_(self.weight, self.bias, seed)
+        act = slang_activation(self.activation)[0]
         sizes = f"{self.in_features},{self.out_features}"
         self._forward_fn = function("nn/linear", f"linear_forward<{sizes},{act}>")
         self._backprop_fn = backward_function("nn/linear", f"linear_backprop<{sizes},{act}>")
@@ -82,7 +91,7 @@ class Linear(Module):
 
     @property
     def _act_params(self) -> spy.float2:
-        return spy.float2(*(self.activation.slang_params if self.activation is not None else (0.0, 0.0)))
+        return spy.float2(*slang_activation(self.activation)[1])
 
     def _weights(self, dz: spy.Tensor | None) -> dict[str, Any]:
         """The ``LinearWeights`` of linear.slang (parameter tensors fetched now: they move into an optimiser's arena)."""

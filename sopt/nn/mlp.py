@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field
 
 from sopt import init
@@ -13,11 +14,11 @@ from sopt.config.schema import StrictModel
 from sopt.nn.activation import Activation, ActivationName, LeakyReLU, ReLU, Sine, activation_name, make_activation
 from sopt.nn.frequency import FrequencyEncoding
 from sopt.nn.hashgrid import HashGridEncoding
-from sopt.nn.linear import Linear
+from sopt.nn.linear import Linear, init_linear_
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.nn.sequential import Sequential
-from sopt.validation import check_bool, check_int
+from sopt.validation import as_float32_array, check_bool, check_int
 
 # tiny-cuda-nn key -> constructor argument, per encoding
 _FREQUENCY_KEYS = {"n_frequencies": "n_freqs", "n_freqs": "n_freqs"}
@@ -126,8 +127,10 @@ class MLP(Sequential):
         linears = [Linear(widths[k], widths[k + 1], bias=bias, seed=derive_seed(seed, k + 1),
                           activation=act if k < hidden_layers else out_act, deterministic=deterministic)
                    for k in range(hidden_layers + 1)]
-        for k, layer in enumerate(linears):
-            _initialise(layer, first=k == 0, hidden=act, seed=derive_seed(seed, k + 1, 7))
+        for layer, (w, b) in zip(linears, initial_layer_weights(widths, act, out_act, bias, seed)):
+            layer.weight.load(w)
+            if layer.bias is not None:
+                layer.bias.load(b)
         super().__init__(*modules, *linears)
         self.encoding = modules[0] if modules else None
         self.layers = tuple(linears)
@@ -157,14 +160,44 @@ class MLP(Sequential):
                          output_activation=activation_name(self.output_activation, "MLP.to_config output_activation"))
 
 
-def _initialise(layer: Linear, first: bool, hidden: Activation | None, seed: int) -> None:
-    """Re-initialise ``layer`` of an MLP whose hidden activation is ``hidden`` (see MLP)."""
+class _HostArray:
+    """A host array standing in for a Parameter in sopt.init's initialisers (they use only ``shape`` and
+    ``load``): initial weights without GPU buffers."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.array = np.zeros(shape, np.float32)
+
+    def load(self, array: Any) -> None:
+        self.array = as_float32_array(array, "initial weights", self.shape)
+
+
+def initial_layer_weights(widths: list[int], activation: Activation | None, output_activation: Activation | None,
+                          bias: bool, seed: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """(W (out, in), b (out,) or None) of every layer of an MLP with layer widths ``widths`` (input, hidden...,
+    output), initialised as MLP documents: torch.nn.Linear's default (init_linear_, seed
+    ``derive_seed(seed, k + 1)`` for layer k), then the Kaiming / SIREN re-initialisation for ``activation``.
+    MLP and FullyFusedMLP both take their initial weights from here, so the same seed gives the same network."""
+    layers = []
+    for k in range(len(widths) - 1):
+        weight = _HostArray((widths[k + 1], widths[k]))
+        b = _HostArray((widths[k + 1],)) if bias else None
+        init_linear_(weight, b, derive_seed(seed, k + 1))   # type: ignore[arg-type]  # a host stand-in
+        layer_act = activation if k < len(widths) - 2 else output_activation
+        _initialise(weight, b, layer_act, first=k == 0, hidden=activation, seed=derive_seed(seed, k + 1, 7))
+        layers.append((weight.array, b.array if b is not None else None))
+    return layers
+
+
+def _initialise(weight: _HostArray, bias: _HostArray | None, layer_act: Activation | None, first: bool,
+                hidden: Activation | None, seed: int) -> None:
+    """Re-initialise a layer (activation ``layer_act``) of an MLP whose hidden activation is ``hidden`` (see MLP)."""
     if isinstance(hidden, Sine):
-        n_in = layer.in_features
+        n_in = weight.shape[1]
         bound = 1.0 / n_in if first else math.sqrt(6.0 / n_in) / hidden.w0
-        init.uniform_(layer.weight, -bound, bound, seed=seed)
-    elif isinstance(hidden, (ReLU, LeakyReLU)) and layer.activation is hidden:
+        init.uniform_(weight, -bound, bound, seed=seed)   # type: ignore[arg-type]
+    elif isinstance(hidden, (ReLU, LeakyReLU)) and layer_act is hidden:
         slope = hidden.slope if isinstance(hidden, LeakyReLU) else 0.0
-        init.kaiming_uniform_(layer.weight, a=slope, nonlinearity="leaky_relu", seed=seed)
-        if layer.bias is not None:
-            init.zeros_(layer.bias)
+        init.kaiming_uniform_(weight, a=slope, nonlinearity="leaky_relu", seed=seed)   # type: ignore[arg-type]
+        if bias is not None:
+            init.zeros_(bias)   # type: ignore[arg-type]

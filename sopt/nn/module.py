@@ -14,6 +14,9 @@ Contract:
   forward pass (one whose primal has no side effects, so Slang's re-run of the primal keeps only what
   the derivatives read), plus the reductions their parameter gradients need.
 - ``parameters()``: the Parameters, in a fixed order; ``named_parameters()``: (name, Parameter) pairs.
+- ``state_dict()`` / ``load_state_dict(sd, strict=True)``: torch's, with float32 numpy arrays; keys are
+  ``named_parameters()``'s unless a module documents otherwise (FullyFusedMLP: per-layer weights and biases
+  named like MLP's, views of its one flat Parameter).
 - ``in_features`` / ``out_features``: the sizes of the last dimension in and out; None for a module that
   accepts any size and preserves it (the element-wise activations).
 
@@ -26,7 +29,8 @@ was expected and what came, before any GPU work (sopt.nn.batch.as_batch).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 import numpy as np
 import slangpy as spy
@@ -34,6 +38,7 @@ import slangpy as spy
 from sopt.nn.batch import as_batch
 from sopt.parameter import Parameter
 from sopt.tape import current_tape
+from sopt.validation import as_float32_array, check_bool
 
 if TYPE_CHECKING:
     from sopt.tape import Tape
@@ -41,6 +46,13 @@ if TYPE_CHECKING:
 
 def _recorded(encoder: spy.CommandEncoder) -> None:
     """The forward of a module call was recorded by ``forward`` itself before ``Tape.record``."""
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict(..., strict=False)`` skipped (torch's ``_IncompatibleKeys``)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 class Module:
@@ -58,6 +70,49 @@ class Module:
 
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
+
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Host float32 copies of the parameters by name (torch's ``Module.state_dict``); keys as
+        ``named_parameters()``. Waits for the GPU."""
+        return OrderedDict((name, p.numpy()) for name, p in self.named_parameters())
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Copy ``state_dict``'s arrays into the parameters (torch semantics).
+
+        Every entry is checked before anything changes: keys this module lacks (unexpected) and keys it has
+        that ``state_dict`` lacks (missing) are errors when ``strict``; a wrong shape or a value that is not a
+        finite float32 array is always one. All of them are reported in one ValueError. Returns the missing
+        and unexpected keys (empty when ``strict``).
+        """
+        who = f"{type(self).__name__}.load_state_dict"
+        strict = check_bool(strict, f"{who} strict")
+        if not isinstance(state_dict, Mapping):
+            raise ValueError(f"{who}: expected a mapping of parameter name -> array (a state_dict()), got "
+                             f"{type(state_dict).__name__}")
+        shapes = {name: value.shape for name, value in self.state_dict().items()}
+        missing = [k for k in shapes if k not in state_dict]
+        unexpected = [str(k) for k in state_dict if k not in shapes]
+        problems, values = [], {}
+        if strict and missing:
+            problems.append(f"missing keys {missing}")
+        if strict and unexpected:
+            problems.append(f"unexpected keys {unexpected}")
+        for name, shape in shapes.items():
+            if name in state_dict:
+                try:
+                    values[name] = as_float32_array(state_dict[name], repr(name), shape)
+                except ValueError as e:
+                    problems.append(str(e))
+        if problems:
+            raise ValueError(f"{who}: {'; '.join(problems)} (expected keys and shapes: {shapes})")
+        self._load_state(values)
+        return IncompatibleKeys(missing if not strict else [], unexpected if not strict else [])
+
+    def _load_state(self, values: dict[str, np.ndarray]) -> None:
+        """Write checked float32 ``values`` (a subset of ``state_dict()``'s keys and shapes) into the parameters."""
+        for name, p in self.named_parameters():
+            if name in values:
+                p.load(values[name])
 
     def __call__(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         """``forward(x, encoder)``; while a ``sopt.Tape`` records, the call is recorded on it (see tape_forward)."""

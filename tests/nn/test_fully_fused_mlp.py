@@ -86,10 +86,11 @@ def test_matches_float64_mlp(in_f, freqs, hidden, out_f, layers, act, out_act, n
     assert not padded.any()
 
 
-def test_trains_with_adam_and_matches_torch_style_init():
+def test_trains_with_adam_and_matches_mlp_init():
+    """MLP's initialisation (issue 20, one MLP): Kaiming-uniform ReLU layers, torch's default output layer."""
     m = FullyFusedMLP(2, 1, 8, 2, seed=3)
-    for (w, b), (i_pad, i_log, o, _) in zip(m.layer_slices(), m.layers):
-        bound = 1 / np.sqrt(i_log)
+    for j, ((w, b), (i_pad, i_log, o, _)) in enumerate(zip(m.layer_slices(), m.layers)):
+        bound = np.sqrt(6 / i_log) if j < m.hidden_layers else 1 / np.sqrt(i_log)
         assert w.shape == (o, i_log) and np.abs(w).max() <= bound and np.abs(b).max() <= bound
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (256, 2)).astype(np.float32)
