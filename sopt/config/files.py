@@ -7,16 +7,18 @@ gives the same config). Every problem is a :class:`~sopt.config.schema.ConfigErr
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import pathlib
+import stat
 import tomllib
 from typing import Any
 
 import tomli_w
 
 from sopt import atomic_write
-from sopt.config.schema import ConfigError, parse_json
+from sopt.config.schema import ConfigError, check_depth, parse_json, short, text_depth, value_depth
 
 FORMATS = (".toml", ".json")
 
@@ -35,34 +37,95 @@ def _check_finite(value: Any, path: str, source: str) -> None:
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:
     """The table in TOML ``text`` (``source`` names it in errors); ConfigError for invalid TOML (duplicate keys
-    included) and for nan/inf values."""
+    and integers of over 4300 digits included), nesting deeper than MAX_DEPTH and nan/inf values."""
+    check_depth(text_depth(text, top=1), f"config {source}")   # before tomllib, which recurses on brackets
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:   # TOMLDecodeError, or int()'s refusal of a huge integer
         raise ConfigError([f"config {source} is not valid TOML: {exc}"]) from None
+    check_depth(value_depth(data), f"config {source}")   # dotted keys (a.b.c = 1) nest without brackets
     _check_finite(data, "", source)
     return data
 
 
-def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The config (a nested dict) in the ``.toml`` or ``.json`` file at ``path``; ConfigError when the file is
-    missing, a folder, unreadable, of another suffix or invalid."""
+MAX_CONFIG_BYTES = 4 * 1024 * 1024   # a config is a few KiB; the limit keeps a wrong file from filling memory
+SHOWN_PATH_CHARS = 300   # an error line shows at most this much of a file name
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is no regular file (a folder, a FIFO, a device...), else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def _open_error(file: pathlib.Path, exc: OSError) -> str:
+    """Why ``file`` could not be opened or examined, in words (after 'config file NAME')."""
+    if exc.errno == errno.ENOENT:
+        if file.is_symlink():
+            return f"is a broken symbolic link (to {os.readlink(file)!r})"
+        return "does not exist"
+    if exc.errno == errno.ENAMETOOLONG:
+        name_max, path_max = (os.pathconf(file.anchor or ".", key) for key in ("PC_NAME_MAX", "PC_PATH_MAX"))
+        longest = max(len(os.fsencode(part)) for part in file.parts)
+        return (f"has a name too long for the filesystem ({longest} bytes in one name, "
+                f"{len(os.fsencode(str(file)))} in the path; at most {name_max} and {path_max})")
+    if exc.errno == errno.ELOOP:
+        return "is a loop of symbolic links"
+    return f"cannot be opened: {exc.strerror or exc}"
+
+
+def read_text(path: str | os.PathLike[str], expected: str = "a .toml or .json file") -> str:
+    """The UTF-8 text of the config file at ``path``: only a regular file (a link to one included) of at most
+    MAX_CONFIG_BYTES is read, so a FIFO, a device such as /dev/zero, a folder or a huge file is one ConfigError line
+    at once, never a hang or a full memory. ``expected`` ends the line of a missing or wrong file."""
+    name = short(str(path), SHOWN_PATH_CHARS)
+    if str(path) == "" or "\0" in str(path):
+        raise ConfigError([f"config file {name}: {'empty path' if not str(path) else 'a NUL character in the name'}; "
+                           f"name {expected}"])
     file = pathlib.Path(path)
-    if str(path) == "":
-        raise ConfigError(["config file '': empty path; name a .toml or .json file"])
-    if not file.exists():
-        raise ConfigError([f"config file {str(file)!r} does not exist; expected a .toml or .json file"])
-    if file.is_dir():
-        raise ConfigError([f"config file {str(file)!r} is a folder; expected a .toml or .json file"])
-    suffix = file.suffix.lower()
-    if suffix not in FORMATS:
-        raise ConfigError([f"config file {str(file)!r} has suffix {file.suffix!r}; allowed: {', '.join(FORMATS)}"])
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"config file {str(file)!r} cannot be read as UTF-8 text: {exc}"]) from None
-    source = f"file {str(file)!r}"
-    return parse_toml(text, source) if suffix == ".toml" else parse_json(text, source)
+        kind = _not_regular(os.stat(file).st_mode)   # opening a FIFO would wait for a writer: look first
+        if kind is None:   # non-blocking, and fstat again: a FIFO swapped in meanwhile neither blocks nor is read
+            fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                info = os.fstat(f.fileno())
+                kind = _not_regular(info.st_mode)
+                size = info.st_size
+                if kind is None and size <= MAX_CONFIG_BYTES:
+                    data = f.read(MAX_CONFIG_BYTES + 1)   # bounded, should the file grow meanwhile
+                    size = max(size, len(data))
+    except OSError as exc:
+        raise ConfigError([f"config file {name} {_open_error(file, exc)}; expected {expected}"]) from None
+    if kind is not None:
+        raise ConfigError([f"config file {name} is {kind}; expected {expected}"])
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError([f"config file {name} is {size} bytes or more; at most {MAX_CONFIG_BYTES} bytes "
+                           f"({MAX_CONFIG_BYTES // 2**20} MiB) are read"])
+    try:
+        return data.decode("utf-8-sig")   # a byte order mark (some Windows editors write one) is no content
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"config file {name} cannot be read as UTF-8 text: {exc}"]) from None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """(text, config) of the ``.toml`` or ``.json`` file at ``path``: the text as read (:func:`read_text`) and
+    the nested dict it holds; ConfigError when the file is missing, no regular file, too large, unreadable, of
+    another suffix or invalid."""
+    text = read_text(path)   # first: a FIFO or a folder is said to be one, whatever its suffix
+    suffix = pathlib.Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise ConfigError([f"config file {str(path)!r} has suffix {pathlib.Path(path).suffix!r}; allowed: "
+                           f"{', '.join(FORMATS)}"])
+    source = f"file {str(path)!r}"
+    return text, parse_toml(text, source) if suffix == ".toml" else parse_json(text, source)
+
+
+def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config (a nested dict) in the ``.toml`` or ``.json`` file at ``path`` (:func:`read_config_file`)."""
+    return read_config_file(path)[1]
 
 
 def without_none(data: Any) -> Any:

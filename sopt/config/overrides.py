@@ -18,8 +18,10 @@ import re
 import tomllib
 from typing import Any, Literal
 
-from sopt.config.schema import ConfigError
+from sopt.config.schema import ConfigError, check_depth, depth_problem, short, text_depth, value_depth
 
+MAX_OVERRIDE_CHARS = 128 * 1024   # the longest word Linux passes on a command line (MAX_ARG_STRLEN)
+SHOWN_CHARS = 100   # an error line shows at most this much of an override, a key or a value
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 REMOVED = object()   # the value of a ``~key`` override
@@ -38,20 +40,35 @@ class Override:
     def dotted(self) -> str:
         return ".".join(self.key)
 
+    @property
+    def shown(self) -> str:
+        """The override as error lines quote it (cut to SHOWN_CHARS)."""
+        return short(self.text, SHOWN_CHARS)
+
 
 def parse_literal(text: str) -> Any:
     """The TOML literal ``text`` (a bare word that is none: that string): the value grammar of overrides and of
-    sweep axes. ValueError saying why otherwise (no TOML literal nor bare word, or a non-finite number)."""
+    sweep axes. ValueError saying why otherwise (no TOML literal nor bare word, a non-finite number, or nesting
+    deeper than MAX_DEPTH, checked before tomllib, which recurses on brackets, sees the text)."""
+    shown = short(text, SHOWN_CHARS)
+    _refuse_deep(text_depth(text), shown)   # before tomllib, which recurses on brackets
     try:
         value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:   # TOMLDecodeError, or int()'s refusal of a huge integer
         if _BARE.match(text):
             return text
-        raise ValueError(f"value {text!r} is not a TOML literal (numbers, true/false, \"strings\", [arrays], "
+        raise ValueError(f"value {shown} is not a TOML literal (numbers, true/false, \"strings\", [arrays], "
                          "{tables}) nor a bare word") from None
+    _refuse_deep(value_depth(value), shown)   # an inline table's dotted keys ({a.b.c = 1}) nest without brackets
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"value {text!r} must be a finite number")
+        raise ValueError(f"value {shown} must be a finite number")
     return value
+
+
+def _refuse_deep(depth: int, shown: str) -> None:
+    problem = depth_problem(depth, f"value {shown}")
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def parse_value(text: str, where: str) -> Any:
@@ -63,24 +80,33 @@ def parse_value(text: str, where: str) -> Any:
 
 
 def parse_override(text: str) -> Override:
-    """``text`` (one command-line word) as an :class:`Override`; ConfigError for a bad grammar."""
+    """``text`` (one command-line word) as an :class:`Override`; ConfigError for a bad grammar, a word longer than
+    MAX_OVERRIDE_CHARS, or a key and value nested deeper than MAX_DEPTH."""
+    shown = short(text, SHOWN_CHARS)
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise ConfigError([f"override {shown} is {len(text)} characters long; at most {MAX_OVERRIDE_CHARS}"])
     if text.startswith("~"):
         key = text[1:]
         if "=" in key:
-            raise ConfigError([f"override {text!r}: ~KEY removes a key and takes no value (write ~{key.split('=')[0]})"])
+            raise ConfigError([f"override {shown}: ~KEY removes a key and takes no value (write ~{key.split('=')[0]})"])
         if not _KEY.match(key):
-            raise ConfigError([f"override {text!r}: {key!r} is not a dotted key like a.b"])
+            raise ConfigError([f"override {shown}: {short(key, SHOWN_CHARS)} is not a dotted key like a.b"])
+        check_depth(len(key.split(".")), f"override {shown}")
         return Override(text, "remove", tuple(key.split(".")))
     op: Literal["set", "add"] = "add" if text.startswith("+") else "set"
     body = text[1:] if op == "add" else text
     if "=" not in body:
-        raise ConfigError([f"override {text!r}: expected KEY=VALUE, +KEY=VALUE or ~KEY"])
+        raise ConfigError([f"override {shown}: expected KEY=VALUE, +KEY=VALUE or ~KEY"])
     key, raw = body.split("=", 1)
     if not _KEY.match(key):
-        raise ConfigError([f"override {text!r}: {key!r} is not a dotted key like a.b"])
+        raise ConfigError([f"override {shown}: {short(key, SHOWN_CHARS)} is not a dotted key like a.b"])
     if raw == "":
-        raise ConfigError([f"override {text!r}: no value after '='; give one (a string as \"\")"])
-    return Override(text, op, tuple(key.split(".")), parse_value(raw, repr(text)))
+        raise ConfigError([f"override {shown}: no value after '='; give one (a string as \"\")"])
+    keys = tuple(key.split("."))
+    check_depth(len(keys), f"override {shown}")   # before the value is parsed
+    value = parse_value(raw, shown)
+    check_depth(len(keys) + value_depth(value), f"override {shown}")   # what the config holds once applied
+    return Override(text, op, keys, value)
 
 
 def _suggest(key: str, options: list[str]) -> str:
@@ -96,26 +122,26 @@ def apply_override(data: dict[str, Any], override: Override) -> dict[str, Any]:
     for i, part in enumerate(override.key[:-1]):
         where = ".".join(override.key[: i + 1])
         if not isinstance(node, dict):
-            raise ConfigError([f"override {override.text!r}: {'.'.join(override.key[:i])} is not a section"])
+            raise ConfigError([f"override {override.shown}: {'.'.join(override.key[:i])} is not a section"])
         if part not in node:
             if override.op == "add":
                 node[part] = {}
             else:
-                raise ConfigError([f"override {override.text!r}: no key {where!r}{_suggest(part, sorted(node))} "
+                raise ConfigError([f"override {override.shown}: no key {where!r}{_suggest(part, sorted(node))} "
                                    f"allowed here: {', '.join(sorted(node))}"])
         node = node[part]
     last = override.key[-1]
     if not isinstance(node, dict):
-        raise ConfigError([f"override {override.text!r}: {'.'.join(override.key[:-1])} is not a section"])
+        raise ConfigError([f"override {override.shown}: {'.'.join(override.key[:-1])} is not a section"])
     if override.op == "add":
         if last in node:
-            raise ConfigError([f"override {override.text!r}: key {override.dotted!r} exists; change it with "
+            raise ConfigError([f"override {override.shown}: key {override.dotted!r} exists; change it with "
                                f"{override.text[1:]}"])
         node[last] = override.value
     elif last not in node:
         hint = _suggest(last, sorted(node))
         how = "" if override.op == "remove" else f" (add a new key with +{override.text})"
-        raise ConfigError([f"override {override.text!r}: no key {override.dotted!r}{hint}{how} allowed here: "
+        raise ConfigError([f"override {override.shown}: no key {override.dotted!r}{hint}{how} allowed here: "
                            f"{', '.join(sorted(node)) or '(none)'}"])
     elif override.op == "remove":
         del node[last]

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import copy
 import difflib
+import itertools
 import json
 import os
-import pathlib
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -28,11 +29,27 @@ from sopt.validation import float32_problem
 M = TypeVar("M", bound=BaseModel)
 
 
+MAX_LINE_CHARS = 1000   # an error line longer than this (a huge key or value echoed) keeps its start and its end
+
+
+def _one_line(text: str) -> str:
+    """``text`` as one printable line of at most MAX_LINE_CHARS: whitespace runs (newlines included) become one
+    space, other control characters (NUL, ESC: a terminal would act on them) their escapes."""
+    line = " ".join(text.split())
+    if not line.isprintable():
+        line = "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                       for c in line)
+    if len(line) > MAX_LINE_CHARS:
+        cut = len(line) - MAX_LINE_CHARS
+        line = f"{line[:MAX_LINE_CHARS // 2]} ...({cut} characters left out)... {line[-MAX_LINE_CHARS // 2:]}"
+    return line
+
+
 class ConfigError(ValueError):
     """A config that does not validate; ``lines``: one line per problem (``str()`` joins them)."""
 
     def __init__(self, lines: list[str]) -> None:
-        self.lines = [" ".join(str(line).split()) for line in lines]   # each one line, whatever the input held
+        self.lines = [_one_line(str(line)) for line in lines]   # each one short line, whatever the input held
         super().__init__("\n".join(self.lines))
 
 
@@ -98,13 +115,62 @@ def _dedupe(value: Any, path: str, source: str) -> Any:
     return value
 
 
+# -- nesting: bounded before anything recursive (the parsers included) sees the data ------------------------------
+MAX_DEPTH = 32   # levels of sections, arrays and inline tables, the top level included; the deepest schema has 4
+# what TOML or JSON text holds besides its nesting: strings (escapes included) and comments, skipped whole
+_NOT_NESTING = re.compile(r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""|' r"'''.*?'''|"
+                          r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|' r"'[^'\n]*'|#[^\n]*", re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def text_depth(text: str, top: int = 0) -> int:
+    """How deep the brackets of TOML or JSON ``text`` nest (strings and comments skipped), plus ``top`` (1 for TOML,
+    whose top-level table has no brackets). Linear and without recursion: it runs before the parsers, which recurse
+    (tomllib and json raise RecursionError some hundreds of levels down). A closing bracket too many only lowers
+    the count: the parsers stop at it, before anything nested after it."""
+    brackets = _NOT_BRACKETS.sub("", _NOT_NESTING.sub("", text))
+    return max(0, max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)) + top
+
+
+def value_depth(value: Any) -> int:
+    """Levels of dicts and lists in ``value`` (0 for a scalar), found without recursion: TOML's dotted keys
+    (``a.b.c = 1``) nest tables without a bracket."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def depth_problem(depth: int, what: str) -> str | None:
+    """The line saying that ``what`` (a config, an override, a value) nests ``depth`` levels, too many; None when
+    ``depth`` is at most MAX_DEPTH."""
+    if depth <= MAX_DEPTH:
+        return None
+    return (f"{what} is nested {depth} levels deep; at most {MAX_DEPTH} levels (sections, arrays and inline tables, "
+            "the top level included)")
+
+
+def check_depth(depth: int, what: str) -> None:
+    """ConfigError when ``depth`` exceeds MAX_DEPTH (:func:`depth_problem`)."""
+    problem = depth_problem(depth, what)
+    if problem is not None:
+        raise ConfigError([problem])
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
 def parse_json(text: str, source: str) -> dict[str, Any]:
     """A JSON object from ``text`` (``source`` names it in errors); ConfigError for invalid JSON, NaN/Infinity,
-    duplicate keys or a top level that is not an object."""
+    duplicate keys, a top level that is not an object or nesting deeper than MAX_DEPTH."""
+    check_depth(text_depth(text), f"config {source}")
     try:
         raw = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as exc:
@@ -116,17 +182,10 @@ def parse_json(text: str, source: str) -> dict[str, Any]:
 
 
 def read_json_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON object in the file at ``path`` (ConfigError when missing, a folder, unreadable or invalid)."""
-    file = pathlib.Path(path)
-    if not file.exists():
-        raise ConfigError([f"config file {str(file)!r} does not exist; expected a JSON file"])
-    if file.is_dir():
-        raise ConfigError([f"config file {str(file)!r} is a folder; expected a JSON file"])
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"config file {str(file)!r} cannot be read as UTF-8 text: {exc}"]) from None
-    return parse_json(text, f"file {str(file)!r}")
+    """The JSON object in the file at ``path`` whatever its suffix; ConfigError when it is missing, no regular
+    file, too large, unreadable or invalid (:func:`sopt.config.files.read_text`)."""
+    from sopt.config.files import read_text   # files imports this module
+    return parse_json(read_text(path, "a JSON file"), f"file {str(path)!r}")
 
 
 # -- validation errors as one line each ------------------------------------------------------------------------------
@@ -162,9 +221,11 @@ def _union_members(field: Any) -> list[type[BaseModel]]:
     return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel) and "otype" in a.model_fields]
 
 
-def _short(value: Any) -> str:
+def short(value: Any, limit: int = 60) -> str:
+    """``value`` as an error line shows it: JSON for sections, arrays, booleans and null, else repr; cut to ``limit``
+    characters (a huge value or key is recognisable from its start)."""
     text = json.dumps(value) if isinstance(value, (dict, list, bool, type(None))) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _describe(error: dict[str, Any], schema: type[BaseModel], data: dict[str, Any]) -> str:
@@ -177,8 +238,11 @@ def _describe(error: dict[str, Any], schema: type[BaseModel], data: dict[str, An
         where = ".".join(names + [key])
         near = difflib.get_close_matches(key, allowed, n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
-        return f"config {where} = {_short(error['input'])}: unknown key{hint} allowed: {', '.join(allowed)}"
+        return f"config {where} = {short(error['input'])}: unknown key{hint} allowed: {', '.join(allowed)}"
     parent, names = _model_at(schema, loc, data)
+    if not loc and kind in ("value_error", "assertion_error"):   # a model validator of the whole config: its
+        reason = str(error.get("ctx", {}).get("error", error["msg"]))   # message, once, without the config dumped
+        return reason if reason.startswith("config ") else f"config: {reason}"
     where = ".".join(names) or "(top level)"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         field = _field_at(schema, loc, data)
@@ -189,13 +253,13 @@ def _describe(error: dict[str, Any], schema: type[BaseModel], data: dict[str, An
         got = f"otype {tag!r}" if kind == "union_tag_invalid" else "no otype"
         return f"config {where}.otype: {got}{hint} allowed: {', '.join(tags)}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"config {where} = {_short(error['input'])}: must be a section (a JSON object {{...}})"
+        return f"config {where} = {short(error['input'])}: must be a section (a JSON object {{...}})"
     message = error["msg"]
     message = message[0].lower() + message[1:]
     message = message.replace("input should be", "must be")
     field = _field_at(schema, loc, data)
     described = f" ({field.description})" if field is not None and field.description else ""
-    return f"config {where} = {_short(error['input'])}: {message}{described}"
+    return f"config {where} = {short(error['input'])}: {message}{described}"
 
 
 def _field_at(schema: type[BaseModel], loc: tuple[Any, ...], data: Any) -> Any:
