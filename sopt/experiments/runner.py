@@ -126,7 +126,7 @@ class _StopOnSignal:
         if self.received is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = signal.Signals(signum).name
-        self.trainer.stop(f"{INTERRUPTED} by {self.received}")
+        self.trainer.stop(f"{INTERRUPTED} by {self.received}", from_outside=True)
 
     def __enter__(self) -> "_StopOnSignal":
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -239,6 +239,7 @@ class Trainer:
         self.step = 0
         self.last_checkpoint: tuple[str, int] | None = None  # set by the Checkpoint callback
         self._stop_reason: str | None = None
+        self._stop_asked: str | None = None   # a stop from outside, applied when a step completes
         self._last_finite: tuple[int, float] | None = None
 
     # -- one step ---------------------------------------------------------------------------------------------
@@ -260,11 +261,17 @@ class Trainer:
         self.step += 1
         return loss
 
-    def stop(self, reason: str) -> None:
-        """Ask ``fit`` to end after the current step (EarlyStopping, or a signal handler between steps): that step
-        becomes a metrics step whose callbacks all run (a Checkpoint writes), and ``fit`` returns with
-        ``stop_reason`` = ``reason``."""
-        self._stop_reason = str(reason)
+    def stop(self, reason: str, *, from_outside: bool = False) -> None:
+        """Ask ``fit`` to end after the current step (EarlyStopping): that step becomes a metrics step whose
+        callbacks all run (a Checkpoint writes), and ``fit`` returns with ``stop_reason`` = ``reason``.
+
+        ``from_outside``: the request comes at any moment (a signal handler), so it takes effect when the step
+        being run completes -- or, when it comes while a step's callbacks run, the next one: a stop that landed
+        after that step's Checkpoint was skipped would end the run at a step with no checkpoint."""
+        if from_outside:
+            self._stop_asked = str(reason)
+        else:
+            self._stop_reason = str(reason)
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def is_metrics_step(self, step: int, final: bool = False) -> bool:
@@ -327,7 +334,7 @@ class Trainer:
         checkpointed parameter became non-finite, leaving the last good checkpoint in place.
         """
         steps = check_int(steps, "steps", low=0)
-        self._stop_reason = None
+        self._stop_reason = self._stop_asked = None
         history: list[dict[str, Any]] = []
         # The optimiser would otherwise wait for the GPU every poll_every steps to count skipped steps; the
         # Trainer reads that count on its own metrics steps instead.
@@ -345,6 +352,8 @@ class Trainer:
             while self.step < steps:
                 loss_value = self.train_step()
                 bar.update(1)
+                if self._stop_asked is not None:
+                    self._stop_reason, self._stop_asked = self._stop_asked, None
                 # a stop asked between metrics steps (a signal handler's) ends the run here, with its metrics
                 # step: every callback (the checkpoint too) sees the last completed step
                 final = self.step == steps or self._stop_reason is not None

@@ -30,7 +30,7 @@ import sopt
 from sopt.config import files
 from sopt.experiments import run_dir as rd
 from sopt.problems import problem_class
-from sopt.train import Trainer
+from sopt.train import JSONLLogger, Trainer
 from tests.experiments.test_cli import RUN, ROOT, TIMING, records, sopt_main, summary
 
 STOP_AT = 13   # neither a metrics step (every 5) nor a checkpoint step (every 10)
@@ -107,6 +107,29 @@ def test_a_run_stopped_between_metrics_steps_resumes_to_the_uninterrupted_record
     assert records(run) == records(whole)   # no record of step 13: the uninterrupted run never logged it
     assert (run / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
     assert same_summary(summary(run), summary(whole)) == same_summary(summary(whole), summary(whole))
+
+
+def test_a_signal_while_a_step_is_logged_stops_at_a_checkpointed_step(tmp_path, whole, monkeypatch):
+    # SIGTERM lands while the record of step 15 is written, after that step's turn for a checkpoint (not due)
+    out = tmp_path / "run"
+    original = JSONLLogger.on_metrics
+
+    def on_metrics(self: JSONLLogger, trainer: Trainer, metrics: dict[str, Any]) -> None:
+        original(self, trainer, metrics)
+        if trainer.step == 15:
+            signal.raise_signal(signal.SIGTERM)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(JSONLLogger, "on_metrics", on_metrics)
+        code, stdout, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out),
+                                          "--no-progress"])
+    assert code == 0, stderr
+    at = summary(out)["steps"]
+    assert f"interrupted after step {at}; checkpoint written" in stdout
+    assert sopt.load(out / "checkpoint.npz")["step"] == at   # the step it says it stopped at
+    code, _, stderr = sopt_main(["resume", str(out), "--no-progress"])
+    assert code == 0, stderr
+    assert records(out) == records(whole)
 
 
 # -- 5: a kill during the final write-out -------------------------------------------------------------------------
