@@ -1,5 +1,8 @@
 """``sopt sweep --backend ray``: the same trials run through Ray Tune, on a local Ray instance or a cluster.
 
+A local Ray instance (no ``--address``) listens on 127.0.0.1 only and has no dashboard (:func:`init_ray`): Ray's
+default would take work from anyone who can reach the machine.
+
 Each trial that needs work (the same choice as the local executor: pending, interrupted, running, failed with
 ``--retry-failed``) becomes one Tune trial of a function trainable (:func:`run_trial`) asking for
 ``{"cpu": 1, "gpu": gpu_per_trial}`` (fractions share a GPU; Ray sets CUDA_VISIBLE_DEVICES). The trainable runs
@@ -124,6 +127,42 @@ def _recording(scheduler_cls: type, stopped: set[str]) -> type:
     return Recording
 
 
+LOCALHOST = "127.0.0.1"
+
+
+class RayBindError(RuntimeError):
+    """The local Ray instance listens on another address than localhost (a Ray that ignores the request)."""
+
+
+def init_ray(address: str | None, num_cpus: int | None = None) -> None:
+    """``ray.init``: joins the cluster at ``address``, or (None) starts a local Ray instance with ``num_cpus`` CPUs
+    (None: all) that only this machine can reach: its node, GCS and workers on 127.0.0.1, no dashboard. Ray's own
+    default listens on every interface, so anyone on the network could submit work to it. RayBindError when the
+    local instance listens elsewhere anyway (it is shut down first)."""
+    import ray
+    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
+    if address:
+        ray.init(address=address, **quiet)
+        return
+    try:   # Ray >= 2.4x turns a loopback _node_ip_address into the machine's routable address unless "clusters"
+        from ray._private import ray_constants     # are off, as on macOS and Windows: switched off for this call
+    except ImportError:
+        ray_constants = None
+    saved = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    if saved is not None:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOCALHOST, **quiet)
+    finally:
+        if saved is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = saved
+    where = sorted({node.get("NodeManagerAddress") for node in ray.nodes()} - {LOCALHOST})
+    if where:
+        ray.shutdown()
+        raise RayBindError(f"the local Ray instance listens on {', '.join(map(str, where))}, not only on "
+                           f"{LOCALHOST} (this Ray ignores the request); start Ray yourself and pass --address")
+
+
 def _settle(sweep: SweepDir, ids: list[str], timeout_s: float) -> None:
     """Waits (up to ``timeout_s``) until the trials ``ids`` no longer say "running" in their summary.json: a trial
     Tune stopped is still writing its checkpoint when Tune returns."""
@@ -162,11 +201,7 @@ def run_with_ray(sweep: SweepDir, trial_command: Callable, config: str, *, jobs:
 
     started_ray = False
     if not ray.is_initialized():
-        if address:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        else:
-            ray.init(num_cpus=jobs, logging_level=logging.WARNING, log_to_driver=False,  # None: all CPUs
-                     include_dashboard=False)
+        init_ray(address, jobs)
         started_ray = True
     log(f"ray: {len(todo)} trials on {ray.cluster_resources().get('CPU', 0):g} CPUs, "
         f"{ray.cluster_resources().get('GPU', 0):g} GPUs ({gpu_per_trial:g} GPU per trial)")

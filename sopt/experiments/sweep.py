@@ -333,11 +333,15 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
         log(f"{space.describe()}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
         pruner = make_pruner(prune, args.mode, min_steps, args.eta) if prune else None
         if args.backend == "ray":
-            from sopt.experiments.ray_backend import run_with_ray
-            interrupted = run_with_ray(sweep, trial_command, str(config), jobs=args.jobs, address=args.address,
-                                       gpu_per_trial=args.gpu_per_trial or 0.0, prune=prune,
-                                       min_steps=min_steps, eta=args.eta, metric=args.metric, mode=args.mode,
-                                       retry_failed=args.retry_failed, log=log)
+            from sopt.experiments.ray_backend import RayBindError, run_with_ray
+            try:
+                interrupted = run_with_ray(sweep, trial_command, str(config), jobs=args.jobs, address=args.address,
+                                           gpu_per_trial=args.gpu_per_trial or 0.0, prune=prune,
+                                           min_steps=min_steps, eta=args.eta, metric=args.metric, mode=args.mode,
+                                           retry_failed=args.retry_failed, log=log)
+            except RayBindError as exc:      # before any trial was queued
+                print(f"error: --backend ray: {exc}", file=sys.stderr)
+                return 2
         else:
             jobs = args.jobs or (len(args.gpus) * (args.trials_per_gpu or 1) if args.gpus else 1)
             executor = LocalExecutor(sweep, trial_command, str(config), jobs, args.gpus, args.trials_per_gpu or 1,

@@ -4,7 +4,6 @@ grid gives the same sweep.json and table as the local backend, and ASHA stops th
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from tests.experiments.sweep_harness import ROOT, fake_config, loss, read_sweep, sweep, table
 
 ray = pytest.importorskip("ray")
+from sopt.experiments.ray_backend import LOCALHOST, init_ray  # noqa: E402  (after the skip: imports Ray's names)
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def ray_instance():
     """A local Ray instance with 2 CPUs whose workers import this checkout's sopt."""
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved]))
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    init_ray(None, num_cpus=2)          # as sopt sweep --backend ray starts one
     yield
     ray.shutdown()
     if saved is None:
@@ -61,3 +61,9 @@ def test_ray_asha_stops_trials_outside_the_top_third(tmp_path, ray_instance):
     for t in trials[1:]:
         summary = json.loads((out / t["dir"] / "summary.json").read_text())
         assert summary["status"] == "interrupted" and 4 <= summary["steps"] < 60
+
+
+def test_a_local_ray_instance_listens_on_localhost_only(ray_instance):
+    """Its node (and so its GCS, raylet and workers) on 127.0.0.1, not the machine's routable address."""
+    assert [node["NodeManagerAddress"] for node in ray.nodes()] == [LOCALHOST]
+    assert ray.get_runtime_context().gcs_address.startswith(f"{LOCALHOST}:")
