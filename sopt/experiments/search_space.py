@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from sopt.config.overrides import parse_literal
 
 SPACE_FUNCTIONS = ("range", "uniform", "loguniform", "choice")
+MAX_TRIALS = 10_000     # a sweep's trials, each a run directory and a line of sweep.json: checked before enumerating
 _FUNCTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.DOTALL)
 _KEY = re.compile(r"^\+?[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$")
 _BARE_STRING = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")      # written without quotes
@@ -159,8 +160,9 @@ def parse_axis(token: str) -> Axis:
     where = f"sweep key {key} = {spec}"
     call = _FUNCTION.match(spec)
     if call is None:
-        values = [parse_value(item, where) for item in split_top_level(spec)]
-        return Axis(key, spec, "list", _distinct(values, where))
+        items = split_top_level(spec)
+        _check_count(len(items), where)
+        return Axis(key, spec, "list", _distinct([parse_value(item, where) for item in items], where))
     function, inner = call.group(1), call.group(2)
     args = split_top_level(inner) if inner.strip() else []
     if function == "range":
@@ -170,9 +172,11 @@ def parse_axis(token: str) -> Axis:
         bounds = _numbers(args, key, spec, want_int=True)
         if len(bounds) == 3 and bounds[2] == 0:
             raise SpaceError(f"{where}: range step must not be 0")
-        values = list(range(*bounds))
+        values = range(*bounds)
         if not values:
             raise SpaceError(f"{where}: the range is empty (the end is exclusive, as in Python)")
+        _check_count((values.stop - values.start + values.step - (1 if values.step > 0 else -1)) // values.step,
+                     where)      # len() of a range past sys.maxsize raises
         return Axis(key, spec, "list", tuple(values))
     if function in ("uniform", "loguniform"):
         if len(args) != 2:
@@ -186,17 +190,24 @@ def parse_axis(token: str) -> Axis:
     if function == "choice":
         if not args:
             raise SpaceError(f"{where}: choice needs at least one value")
+        _check_count(len(args), where)
         return Axis(key, spec, "list", _distinct([parse_value(a, where) for a in args], where))
     raise SpaceError(f"{where}: unknown space function {function!r}; allowed: {', '.join(SPACE_FUNCTIONS)} "
                      f"(quote a string value that looks like a call)")
 
 
+def _check_count(count: int, where: str) -> None:
+    if count > MAX_TRIALS:
+        raise SpaceError(f"{where}: {count} values; a sweep has at most {MAX_TRIALS} trials")
+
+
 def _distinct(values: list[Any], where: str) -> tuple[Any, ...]:
-    seen: list[Any] = []
+    seen: set[tuple[str, str]] = set()        # by type and literal: one pass, not a comparison of every pair
     for value in values:
-        if any(type(value) is type(s) and value == s for s in seen):
+        key = (type(value).__name__, format_value(value))
+        if key in seen:
             raise SpaceError(f"{where}: the value {format_value(value)} is given twice")
-        seen.append(value)
+        seen.add(key)
     return tuple(values)
 
 
@@ -264,8 +275,12 @@ def parse_space(tokens: Sequence[str], samples: int | None = None, seed: int | N
         if key in names:
             raise SpaceError(f"sweep key {key} = {names[key]} is also a base override ({token}); give it once")
     continuous = [a.key for a in axes if a.continuous]
-    if samples is not None and samples < 1:
-        raise SpaceError(f"--samples {samples}: must be at least 1")
+    if samples is not None and not 1 <= samples <= MAX_TRIALS:
+        raise SpaceError(f"--samples {samples}: must be in [1, {MAX_TRIALS}]")
+    grid = math.prod(len(a.values) for a in axes if not a.continuous)
+    if samples is None and grid > MAX_TRIALS:          # before itertools.product enumerates them
+        raise SpaceError(f"the grid {' x '.join(str(len(a.values)) for a in axes)} has {grid} trials; a sweep has at "
+                         f"most {MAX_TRIALS} (sweep fewer values, or draw --samples N of them)")
     if continuous and samples is None:
         raise SpaceError(f"sweep key {continuous[0]} = {axes[[a.key for a in axes].index(continuous[0])].spec}: "
                          f"a continuous axis needs random search; add --samples N")

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pathlib
+import stat
 from typing import Any
 
 from sopt.config.files import write_atomic
@@ -31,6 +32,7 @@ from sopt.experiments.run_dir import run_alive
 
 STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
 SWEEP_FILE = "sweep.json"
+MAX_SWEEP_FILE_BYTES = 64 * 2**20     # 10000 trials (search_space.MAX_TRIALS) of a few KiB each fit
 
 
 def sweep_hash(config_text: str, base_overrides: list[str], space: dict[str, str], method: str,
@@ -128,18 +130,14 @@ class SweepDir:
         if path.exists() and not path.is_dir():
             raise ValueError(f"--out {path}: exists and is not a directory")
         file = path / SWEEP_FILE
-        if file.exists():
-            try:
-                data = json.loads(file.read_text(encoding="utf-8"))
-                old_trials = [Trial(**{k: t[k] for k in ("id", "dir", "params", "overrides", "status", "error",
-                                                         "metrics")}) for t in data["trials"]]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"sweep directory {path}: unreadable {SWEEP_FILE} ({exc})") from None
+        if os.path.lexists(file):
+            data = _read_sweep_file(file)
             if data.get("hash") != header["hash"]:
                 raise ValueError(f"sweep directory {path}: holds another sweep (hash {data.get('hash')}, this one "
                                  f"is {header['hash']}: other config text, overrides, space, samples or seed); "
                                  f"choose another --out")
-            sweep = cls(path, {**{k: v for k, v in data.items() if k != "trials"}, **header}, old_trials)
+            sweep = cls(path, {**{k: v for k, v in data.items() if k != "trials"}, **header},
+                        _recorded_trials(file, data.get("trials"), trials))
         else:
             if path.is_dir() and any(path.iterdir()):
                 raise ValueError(f"--out {path}: not empty and holds no {SWEEP_FILE}; choose a new or empty folder")
@@ -147,6 +145,59 @@ class SweepDir:
             sweep = cls(path, header, trials)
         (path / "logs").mkdir(exist_ok=True)
         return sweep
+
+
+def _read_sweep_file(file: pathlib.Path) -> dict[str, Any]:
+    """sweep.json's object: only a regular file of at most MAX_SWEEP_FILE_BYTES is read (a FIFO or a device put in
+    its place is refused at once, never read), and nesting too deep for the parser is refused; ValueError (one
+    line) otherwise."""
+    try:   # non-blocking: opening a FIFO for reading would wait for a writer
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} is not a regular file; restore the "
+                                 f"file or choose another --out")
+            data = f.read(MAX_SWEEP_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} cannot be read ({exc.strerror or exc})") \
+            from None
+    if len(data) > MAX_SWEEP_FILE_BYTES:
+        raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} is over {MAX_SWEEP_FILE_BYTES // 2**20} MiB, "
+                         f"more than any sweep writes; restore it or choose another --out")
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} is nested too deep to be a sweep's") from None
+    except ValueError as exc:     # not UTF-8, not JSON
+        raise ValueError(f"sweep directory {file.parent}: unreadable {SWEEP_FILE} ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"sweep directory {file.parent}: unreadable {SWEEP_FILE} (not a JSON object)")
+    return value
+
+
+def _recorded_trials(file: pathlib.Path, recorded: Any, trials: list[Trial]) -> list[Trial]:
+    """``trials`` (this command's, which decide every directory and override) with the status, error and metrics
+    that sweep.json recorded for each; ValueError when its trials are not these (an edited file must not point a
+    trial at another directory) or a state is malformed."""
+    where = f"sweep directory {file.parent}: {SWEEP_FILE}"
+    if not isinstance(recorded, list) or len(recorded) != len(trials):
+        raise ValueError(f"{where} does not list this sweep's {len(trials)} trials; restore it or choose another "
+                         f"--out")
+    out = []
+    for trial, entry in zip(trials, recorded):
+        mine = {"id": trial.id, "dir": trial.dir, "params": trial.params, "overrides": trial.overrides}
+        if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in mine.items()):
+            raise ValueError(f"{where}: the entry of {trial.id} is not this sweep's trial {trial.id} "
+                             f"({' '.join(trial.overrides)} in {trial.dir}); restore it or choose another --out")
+        status, error, metrics = entry.get("status"), entry.get("error"), entry.get("metrics")
+        if (status not in STATUSES or not (error is None or isinstance(error, str)) or not isinstance(metrics, dict)
+                or not all(v is None or isinstance(v, (int, float, str)) for v in metrics.values())):
+            raise ValueError(f"{where}: {trial.id} has status {str(status)[:40]!r}, error and metrics of the wrong "
+                             f"kinds (a status of {', '.join(STATUSES)}, an error text, metrics of numbers); restore "
+                             f"it or choose another --out")
+        out.append(dataclasses.replace(trial, status=status, error=error, metrics=metrics))
+    return out
 
 
 # -- a trial's outcome from its run directory ---------------------------------------------------------------------

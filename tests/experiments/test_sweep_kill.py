@@ -167,3 +167,117 @@ def test_a_full_disk_is_one_line_and_stops_the_trials(tmp_path, trial_env, monke
     assert "No space left on device" in line and "sweep.json" in line
     assert (tmp_path / "sweep" / "logs" / "trial-001.err").exists() == (saves_before_full == 2)   # it started
     assert processes_of(tmp_path / "sweep") == []
+
+
+class FakeRay:
+    """What init_ray uses of the ``ray`` module, recording ray.init's keyword arguments; its node on ``node_ip``."""
+
+    def __init__(self, node_ip: str) -> None:
+        self.calls: list[dict] = []
+        self.node_ip, self.shut_down = node_ip, False
+
+    def init(self, **kwargs) -> None:
+        self.calls.append(kwargs)
+
+    def nodes(self) -> list[dict]:
+        return [{"NodeManagerAddress": self.node_ip}]
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+def test_ray_init_binds_a_local_instance_to_localhost(monkeypatch):
+    from sopt.experiments.ray_backend import RayBindError, init_ray
+    fake = FakeRay("127.0.0.1")
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    init_ray(None, 3)
+    init_ray("ray://head:10001")
+    local, cluster = fake.calls
+    assert local["_node_ip_address"] == "127.0.0.1" and local["include_dashboard"] is False
+    assert local["num_cpus"] == 3 and "address" not in local
+    assert cluster["address"] == "ray://head:10001" and "_node_ip_address" not in cluster
+    exposed = FakeRay("192.0.2.2")          # a Ray that ignores the request is shut down and refused
+    monkeypatch.setitem(sys.modules, "ray", exposed)
+    with pytest.raises(RayBindError, match="listens on 192.0.2.2, not only on 127.0.0.1"):
+        init_ray(None)
+    assert exposed.shut_down
+
+
+def _fifo(path: pathlib.Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _edit(change):
+    def edit(path: pathlib.Path) -> None:
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+    return edit
+
+
+def _set_trial(key, value):
+    return _edit(lambda data: data["trials"][0].__setitem__(key, value))
+
+
+# how sweep.json of a finished 2-trial sweep is spoiled, and a fragment of the one line that says so
+SPOILED_SWEEP_FILES = {
+    "fifo": (_fifo, "not a regular file"),
+    "dev_zero": (lambda p: (p.unlink(), p.symlink_to("/dev/zero")), "not a regular file"),
+    "over_64_mib": (lambda p: os.truncate(p, 65 * 2**20), "over 64 MiB"),
+    "nested_100000_deep": (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "nested too deep"),
+    "trial_dir_outside": (_set_trial("dir", "../../elsewhere"), "is not this sweep's trial trial-000"),
+    "trial_overrides_changed": (_set_trial("overrides", ["x=1", "+steps=1000000"]), "is not this sweep's trial"),
+    "trials_missing": (_edit(lambda data: data.pop("trials")), "does not list this sweep's 2 trials"),
+    "trial_not_an_object": (_edit(lambda data: data["trials"].__setitem__(0, 7)), "is not this sweep's trial"),
+    "params_not_a_table": (_set_trial("params", "x"), "is not this sweep's trial"),
+    "metrics_not_a_table": (_set_trial("metrics", [1, 2]), "metrics of numbers"),
+    "metrics_nested_deep": (_set_trial("metrics", {"loss": json.loads("[" * 900 + "]" * 900)}), "metrics of numbers"),
+    "status_unknown": (_set_trial("status", "exploded"), "a status of pending, running"),
+}
+
+
+def limited_sweep(argv: list[str]) -> subprocess.CompletedProcess:
+    """``sopt sweep ARGV`` with fake trials in a process of its own with 1 GiB of address space and 20 s: a
+    regression (a read of /dev/zero, an enumeration of 10^9 trials) fails the test, and spares the machine."""
+    return subprocess.run(
+        [sys.executable, "-c", "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30)); "
+                               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')",
+         str(pathlib.Path(__file__).with_name("sweep_harness.py")), *argv],
+        capture_output=True, text=True, timeout=20, env={**os.environ})
+
+
+def assert_one_line(process: subprocess.CompletedProcess, fragment: str) -> None:
+    err = process.stderr.splitlines()
+    assert process.returncode == 2 and len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], \
+        process.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case", SPOILED_SWEEP_FILES)
+def test_a_spoiled_sweep_json_is_one_line(tmp_path, case):
+    spoil, fragment = SPOILED_SWEEP_FILES[case]
+    config = fake_config(tmp_path / "c.toml", steps=2)
+    argv = [str(config), "x=1,2", "--out", str(tmp_path / "sweep")]
+    assert sweep(argv)[0] == 0
+    spoil(tmp_path / "sweep" / "sweep.json")
+    assert_one_line(limited_sweep(argv), fragment)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+# command lines whose space is too large to enumerate (each took minutes and memory, or never ended)
+HUGE_SPACES = {
+    "range_1e9": (["x=range(0,1000000000)"], "1000000000 values; a sweep has at most 10000 trials"),
+    "range_past_maxsize": (["x=range(100000000000000000000000)"], "values; a sweep has at most 10000"),
+    "grid_1e9": ([f"{k}=range(0,1000)" for k in ("x", "y", "z")], "has 1000000000 trials; a sweep has at most"),
+    "samples_1e9": (["x=uniform(0,1)", "--samples", "1000000000"], "--samples 1000000000: must be in [1, 10000]"),
+    "list_of_20001": (["x=" + ",".join(map(str, range(20001)))], "20001 values; a sweep has at most 10000"),
+    "choice_of_20001": (["x=choice(" + ",".join(map(str, range(20001))) + ")"], "20001 values"),
+}
+
+
+@pytest.mark.parametrize("case", HUGE_SPACES)
+def test_a_space_too_large_is_refused_before_it_is_enumerated(tmp_path, case):
+    tokens, fragment = HUGE_SPACES[case]
+    config = fake_config(tmp_path / "c.toml", steps=2)
+    assert_one_line(limited_sweep([str(config), *tokens, "--out", str(tmp_path / "sweep")]), fragment)
+    assert not (tmp_path / "sweep").exists()
