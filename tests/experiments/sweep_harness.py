@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 from typing import Sequence
 
 FAKE_TRIAL = pathlib.Path(__file__).with_name("fake_trial.py")
@@ -41,6 +42,17 @@ def sweep_process(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen:
     """``sopt sweep ARGV`` with fake trials as a process of its own (stdout and stderr piped, text)."""
     return subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, **env})
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    """``predicate()``'s first true value, polled every 50 ms; AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def events(log: pathlib.Path) -> list[dict]:

@@ -15,12 +15,11 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.experiments.sweep_harness import (FAKE_TRIAL, ROOT, events, fake_config, loss, read_sweep, starts,
-                                             sweep, sweep_process)
+                                             sweep, sweep_process, wait_for)
 
 
 @pytest.fixture(autouse=True)
@@ -37,16 +36,6 @@ def trial_env(monkeypatch, tmp_path):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def alive(pid: int) -> bool:

@@ -8,13 +8,12 @@ import json
 import os
 import pathlib
 import signal
-import time
 
 import pytest
 
 from sopt.experiments.local_executor import GpuSlots
 from tests.experiments.sweep_harness import (ROOT, events, fake_config, loss, read_sweep, starts, sweep,
-                                             sweep_process, table)
+                                             sweep_process, table, wait_for)
 
 
 @pytest.fixture(autouse=True)
@@ -24,16 +23,6 @@ def trial_env(monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_TRIAL_LOG", str(tmp_path / "trials.log"))
     monkeypatch.delenv("FAKE_FAIL_X", raising=False)
     return tmp_path / "trials.log"
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def statuses(out: pathlib.Path) -> list[str]:
