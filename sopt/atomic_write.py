@@ -25,7 +25,7 @@ import io
 import os
 import pathlib
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,10 +104,10 @@ def write_image(path: str | os.PathLike[str], image: "Image", **save: Any) -> No
     write_bytes(path, buffer.getvalue())
 
 
-def append_text(path: str | os.PathLike[str], text: str) -> None:
-    """Append ``text`` (UTF-8) to ``path`` (created 0o666 less the umask when missing) in one write, flushed when
-    this returns. A symbolic link at ``path`` is refused (``O_NOFOLLOW``) with an OSError naming the file, rather
-    than appending to whatever file the link points to."""
+def open_append(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for appending bytes (created 0o666 less the umask when missing). A symbolic link at ``path``
+    is refused (``O_NOFOLLOW``) with an OSError naming the file, rather than appending to whatever file the link
+    points to (a log or metrics file in a run or sweep folder that someone else can write)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
@@ -115,7 +115,12 @@ def append_text(path: str | os.PathLike[str], text: str) -> None:
             raise OSError(errno.ELOOP, f"{os.fspath(path)!r} is a symbolic link; sopt appends to it only as a "
                                        "regular file, never through a link (remove the link)") from None
         raise
-    with os.fdopen(fd, "ab") as f:
+    return os.fdopen(fd, "ab")
+
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Append ``text`` (UTF-8) to ``path`` (:func:`open_append`) in one write, flushed when this returns."""
+    with open_append(path) as f:
         f.write(text.encode("utf-8"))
 
 

@@ -33,14 +33,15 @@ import os
 import pathlib
 import re
 import reprlib
-import stat
 import zipfile
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from sopt import atomic_write
+from sopt.nesting import text_depth
 from sopt.parameter import Parameter, parameters_of
+from sopt.regular_file import NotRegularFileError, open_regular
 from sopt.validation import as_float32_array
 
 _META = "__meta__"
@@ -57,9 +58,6 @@ _MAX_NPY_HEADER = 10000           # numpy's own default bound on a .npy header
 _MAX_FLOAT_BYTES = 8              # parameters and optimiser state are stored as float16/32/64
 _NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 _MEMBER = re.compile(r"(?:param|optim|sched|extra)(?:/k?[0-9]{1,9})*")   # the array names save gives
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_REGULAR = {stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-                stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket"}
 
 
 class CheckpointError(ValueError):
@@ -144,32 +142,17 @@ def save(path: str | os.PathLike[str], parameters: Any = None, optimizer: Any = 
     atomic_write.write_bytes(target, buffer.getvalue())   # removes the leftovers of interrupted saves too
 
 
-def _require_regular(mode: int, target: pathlib.Path, where: str) -> None:
-    """CheckpointError unless ``mode`` (a stat result's) is a regular file's."""
-    if not stat.S_ISREG(mode):
-        kind = _NOT_REGULAR.get(stat.S_IFMT(mode), "not a regular file")
-        link = f" (a symbolic link to {os.path.realpath(target)!r})" if target.is_symlink() else ""
-        raise CheckpointError(f"{where} is {kind}{link}; a checkpoint is a regular file")
-
-
 def _open_regular(target: pathlib.Path, where: str) -> BinaryIO:
     """``target`` opened for binary reading if it is a regular file (links followed); CheckpointError at once
-    else. Opening a FIFO blocks and a device never ends, so the type is checked before opening, and again on
-    the descriptor (opened non-blocking) in case the path was replaced in between."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    else (:func:`sopt.regular_file.open_regular`: a FIFO would block, a device never end)."""
     try:
-        _require_regular(os.stat(target).st_mode, target, where)
-        fd = os.open(target, flags)
+        return open_regular(target)
+    except NotRegularFileError as exc:
+        raise CheckpointError(f"{where} is {exc.kind}; a checkpoint is a regular file") from None
     except FileNotFoundError:
         raise CheckpointError(f"{where} does not exist") from None
     except OSError as exc:
         raise CheckpointError(f"{where} cannot be read: {exc}") from exc
-    try:
-        _require_regular(os.fstat(fd).st_mode, target, where)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _open_archive(f: BinaryIO, where: str, max_members: int) -> zipfile.ZipFile:
@@ -281,12 +264,15 @@ class _Members:
         blob = self.read(_META, None, "metadata")
         if blob.dtype != np.uint8 or blob.ndim != 1:
             raise CheckpointError(f"{where}: member {_META!r} holds {blob.dtype} {blob.shape}, expected uint8 bytes")
-        raw = blob.tobytes()
-        depth = _json_depth(raw)
+        try:
+            text = blob.tobytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(f"{where} has unreadable metadata: {exc}") from exc
+        depth = text_depth(text)   # json.loads and the resolver recurse: bounded before either runs
         if depth > _MAX_DEPTH:
             raise CheckpointError(f"{where} has metadata nested {depth} deep; at most {_MAX_DEPTH} is allowed")
         try:
-            meta = json.loads(raw.decode("utf-8"))
+            meta = json.loads(text)
         except ValueError as exc:
             raise CheckpointError(f"{where} has unreadable metadata: {exc}") from exc
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
@@ -305,15 +291,6 @@ class _Members:
                     or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
                 raise CheckpointError(f"{where}'s metadata for parameter {i} is malformed: {reprlib.repr(entry)}")
         return meta
-
-
-def _json_depth(raw: bytes) -> int:
-    """How deep the JSON text ``raw`` nests (brackets outside strings): json.loads and the resolver recurse, so
-    this is bounded before either runs."""
-    skeleton = np.frombuffer(_JSON_STRING.sub(b'""', raw), np.uint8)
-    opens = (skeleton == ord("[")) | (skeleton == ord("{"))
-    closes = (skeleton == ord("]")) | (skeleton == ord("}"))
-    return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))
 
 
 class _Ref:

@@ -139,7 +139,7 @@ CASES: dict[str, tuple[Callable[[pathlib.Path, pathlib.Path], pathlib.Path], str
     "dev_zero": (lambda p, g: pathlib.Path("/dev/zero"), r"is a character device; a checkpoint is a regular file"),
     "link_to_urandom": (lambda p, g: (p.symlink_to("/dev/urandom"), p)[1],
                         r"is a character device \(a symbolic link to '/dev/urandom'\)"),
-    "directory": (lambda p, g: (p.mkdir(), p)[1], r"is a directory; a checkpoint is a regular file"),
+    "directory": (lambda p, g: (p.mkdir(), p)[1], r"is a folder; a checkpoint is a regular file"),
     "bomb_as_parameter": (lambda p, g: _zip(p, {**_members(g), "param/0.npy": _Bomb()}),
                           r"member 'param/0' \(parameter\) declares 134217856 bytes, at most 10048 expected"),
     "bomb_as_foreign_member": (lambda p, g: _zip(p, {**_members(g), "evil.npy": _Bomb()}),

@@ -11,13 +11,13 @@ import errno
 import math
 import os
 import pathlib
-import stat
 import tomllib
 from typing import Any
 
 import tomli_w
 
 from sopt import atomic_write
+from sopt.regular_file import FileTooLargeError, NotRegularFileError, read_bytes
 from sopt.config.schema import ConfigError, check_depth, parse_json, short, text_depth, value_depth
 
 FORMATS = (".toml", ".json")
@@ -50,17 +50,6 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024   # a config is a few KiB; the limit keeps a wrong file from filling memory
 SHOWN_PATH_CHARS = 300   # an error line shows at most this much of a file name
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _not_regular(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is no regular file (a folder, a FIFO, a device...), else None."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
-
-
 def _open_error(file: pathlib.Path, exc: OSError) -> str:
     """Why ``file`` could not be opened or examined, in words (after 'config file NAME')."""
     if exc.errno == errno.ENOENT:
@@ -87,23 +76,14 @@ def read_text(path: str | os.PathLike[str], expected: str = "a .toml or .json fi
                            f"name {expected}"])
     file = pathlib.Path(path)
     try:
-        kind = _not_regular(os.stat(file).st_mode)   # opening a FIFO would wait for a writer: look first
-        if kind is None:   # non-blocking, and fstat again: a FIFO swapped in meanwhile neither blocks nor is read
-            fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                info = os.fstat(f.fileno())
-                kind = _not_regular(info.st_mode)
-                size = info.st_size
-                if kind is None and size <= MAX_CONFIG_BYTES:
-                    data = f.read(MAX_CONFIG_BYTES + 1)   # bounded, should the file grow meanwhile
-                    size = max(size, len(data))
+        data = read_bytes(file, MAX_CONFIG_BYTES)
+    except NotRegularFileError as exc:
+        raise ConfigError([f"config file {name} is {exc.kind}; expected {expected}"]) from None
+    except FileTooLargeError as exc:
+        raise ConfigError([f"config file {name} is {exc.size} bytes or more; at most {MAX_CONFIG_BYTES} bytes "
+                           f"({MAX_CONFIG_BYTES // 2**20} MiB) are read"]) from None
     except OSError as exc:
         raise ConfigError([f"config file {name} {_open_error(file, exc)}; expected {expected}"]) from None
-    if kind is not None:
-        raise ConfigError([f"config file {name} is {kind}; expected {expected}"])
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError([f"config file {name} is {size} bytes or more; at most {MAX_CONFIG_BYTES} bytes "
-                           f"({MAX_CONFIG_BYTES // 2**20} MiB) are read"])
     try:
         return data.decode("utf-8-sig")   # a byte order mark (some Windows editors write one) is no content
     except UnicodeDecodeError as exc:

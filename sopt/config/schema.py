@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import copy
 import difflib
-import itertools
 import json
 import os
-import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from sopt.nesting import text_depth, value_depth  # noqa: F401  (imported from here by files and overrides)
 from sopt.validation import float32_problem
 
 M = TypeVar("M", bound=BaseModel)
@@ -117,36 +116,6 @@ def _dedupe(value: Any, path: str, source: str) -> Any:
 
 # -- nesting: bounded before anything recursive (the parsers included) sees the data ------------------------------
 MAX_DEPTH = 32   # levels of sections, arrays and inline tables, the top level included; the deepest schema has 4
-# what TOML or JSON text holds besides its nesting: strings (escapes included) and comments, skipped whole
-_NOT_NESTING = re.compile(r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""|' r"'''.*?'''|"
-                          r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|' r"'[^'\n]*'|#[^\n]*", re.DOTALL)
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
-
-def text_depth(text: str, top: int = 0) -> int:
-    """How deep the brackets of TOML or JSON ``text`` nest (strings and comments skipped), plus ``top`` (1 for TOML,
-    whose top-level table has no brackets). Linear and without recursion: it runs before the parsers, which recurse
-    (tomllib and json raise RecursionError some hundreds of levels down). A closing bracket too many only lowers
-    the count: the parsers stop at it, before anything nested after it."""
-    brackets = _NOT_BRACKETS.sub("", _NOT_NESTING.sub("", text))
-    return max(0, max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)) + top
-
-
-def value_depth(value: Any) -> int:
-    """Levels of dicts and lists in ``value`` (0 for a scalar), found without recursion: TOML's dotted keys
-    (``a.b.c = 1``) nest tables without a bracket."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
 def depth_problem(depth: int, what: str) -> str | None:
     """The line saying that ``what`` (a config, an override, a value) nests ``depth`` levels, too many; None when
     ``depth`` is at most MAX_DEPTH."""

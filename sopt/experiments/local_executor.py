@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import os
 import pathlib
 import select
@@ -30,9 +29,10 @@ import sys
 import time
 from typing import Callable, Sequence
 
+from sopt.atomic_write import open_append
 from sopt.experiments.metric_curve import MetricCurve
 from sopt.experiments.prune import MedianStoppingRule, SuccessiveHalving
-from sopt.experiments.run_dir import ENV_FILE
+from sopt.experiments.run_dir import ENV_FILE, read_json
 from sopt.experiments.sweep_dir import SweepDir, Trial, live_trial_pid, start_action, trial_outcome
 
 TrialCommand = Callable[[str, pathlib.Path, str, Sequence[str]], list[str]]
@@ -200,7 +200,7 @@ class LocalExecutor:
             self.pruner.mark_decided(trial.id, curve)
         argv = self.command(action, run_dir, self.config, [*self.sweep.header["overrides"], *trial.overrides])
         out_log, err_log = self.sweep.log_paths(trial)
-        with open(out_log, "ab") as out, open(err_log, "ab") as err:
+        with open_append(out_log) as out, open_append(err_log) as err:
             try:
                 process = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                            start_new_session=True, preexec_fn=die_with_parent())
@@ -229,7 +229,7 @@ class LocalExecutor:
         gpu = None
         if self.slots:
             try:
-                env = json.loads((self.sweep.trial_dir(trial) / ENV_FILE).read_text(encoding="utf-8"))
+                env = read_json(self.sweep.trial_dir(trial) / ENV_FILE)
             except (OSError, ValueError):
                 env = None
             gpu = self.slots.take(env.get("cuda_visible_devices") if isinstance(env, dict) else None)

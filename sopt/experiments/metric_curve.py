@@ -8,10 +8,12 @@ number. A NaN value (a diverged run) counts as the worst possible value, so it n
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import pathlib
+
+from sopt.experiments.run_dir import metrics_record
+from sopt.regular_file import open_regular
 
 
 def worst_value(mode: str) -> float:
@@ -40,7 +42,7 @@ class MetricCurve:
     def read(self) -> list[tuple[int, float]]:
         """Reads the lines appended since the last call; returns the new points (also appended to ``points``)."""
         try:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:   # a FIFO put there is refused, never waited on
                 if os.fstat(f.fileno()).st_size < self._offset:    # rewritten shorter (a resume): start over
                     self.points, self._offset, self._partial = [], 0, b""
                 f.seek(self._offset)
@@ -59,11 +61,8 @@ class MetricCurve:
         return new
 
     def _point(self, line: bytes) -> tuple[int, float] | None:
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
-        if not isinstance(record, dict) or "event" in record:
+        record = metrics_record(line)
+        if record is None:
             return None
         step, value = record.get("step"), record.get(self.metric)
         if isinstance(step, bool) or not isinstance(step, int):

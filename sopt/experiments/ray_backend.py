@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from sopt.atomic_write import open_append
 from sopt.experiments.metric_curve import MetricCurve
 from sopt.experiments.sweep_dir import SweepDir, read_summary, start_action, trial_outcome
 
@@ -75,7 +76,7 @@ def run_trial(config: dict[str, Any], specs: dict[str, dict[str, Any]]) -> None:
         argv[0] = sys.executable
     curve = MetricCurve(pathlib.Path(spec["run_dir"]) / "metrics.jsonl", spec["metric"], spec["mode"])
     curve.read()                              # a resumed trial's earlier records were reported before
-    with open(spec["stdout"], "ab") as out, open(spec["stderr"], "ab") as err:
+    with open_append(spec["stdout"]) as out, open_append(spec["stderr"]) as err:
         process = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
     _TRIAL_PROCESSES.append(process)
     try:

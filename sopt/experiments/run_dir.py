@@ -25,6 +25,8 @@ import threading
 from typing import Any
 
 from sopt.config.files import write_atomic
+from sopt.nesting import text_depth
+from sopt.regular_file import read_bytes
 
 CONFIG_FILE, OVERRIDES_FILE, METRICS_FILE, SUMMARY_FILE, ENV_FILE, CHECKPOINT_FILE, ERROR_FILE = (
     "config.toml", "overrides.txt", "metrics.jsonl", "summary.json", "env.json", "checkpoint.npz", "error.txt")
@@ -112,9 +114,12 @@ class RunLock:
     _held: dict[str, list[int]] = {}   # realpath -> [fd, depth]
     _guard = threading.Lock()
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], what: str = "the run in",
+                 holder: str = "a sopt run or sopt resume of it",
+                 advice: str = "wait for it to end or stop it (Ctrl-C or kill, which checkpoints) first") -> None:
         self.run_dir = pathlib.Path(run_dir)
         self.key = os.path.realpath(self.run_dir)
+        self.what, self.holder, self.advice = what, holder, advice   # for the messages (a sweep's differ)
 
     def __enter__(self) -> "RunLock":
         with RunLock._guard:
@@ -126,7 +131,7 @@ class RunLock:
             try:   # O_NOFOLLOW: a link planted at .lock is refused, not followed
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             except OSError as exc:
-                raise RunDirError(f"cannot lock the run in {str(self.run_dir)!r} ({LOCK_FILE}): "
+                raise RunDirError(f"cannot lock {self.what} {str(self.run_dir)!r} ({LOCK_FILE}): "
                                   f"{exc.strerror or exc}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -134,11 +139,10 @@ class RunLock:
                 holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
                 if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    raise RunDirError(f"cannot lock the run in {str(self.run_dir)!r} ({LOCK_FILE}): "
+                    raise RunDirError(f"cannot lock {self.what} {str(self.run_dir)!r} ({LOCK_FILE}): "
                                       f"{exc.strerror or exc}") from None
-                raise RunDirError(f"the run in {str(self.run_dir)!r} is in use by process {holder} (a sopt run or "
-                                  "sopt resume of it); wait for it to end or stop it (Ctrl-C or kill, which "
-                                  "checkpoints) first") from None
+                raise RunDirError(f"{self.what} {str(self.run_dir)!r} is in use by process {holder} ({self.holder}); "
+                                  f"{self.advice}") from None
             try:   # the pid is only for that message: a full disk must not stop the run here
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -192,31 +196,59 @@ def write_json(path: pathlib.Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
 
 
+MAX_RUN_JSON_BYTES = 16 * 2**20   # summary.json, env.json, .config.json: a few KiB each
+MAX_METRICS_BYTES = 2**30         # metrics.jsonl: ~300 bytes a record, at most 10^7 steps of them
+MAX_RUN_JSON_DEPTH = 64           # the files a run writes nest a few levels; json.loads recurses
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """The JSON value in ``text`` (a file or a line of one that sopt wrote in a run, which anyone may have edited):
+    ValueError, never RecursionError, when it nests beyond MAX_RUN_JSON_DEPTH or is no JSON."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")   # UnicodeDecodeError is a ValueError
+    depth = text_depth(text)
+    if depth > MAX_RUN_JSON_DEPTH:
+        raise ValueError(f"{where} is nested {depth} levels deep; sopt writes at most {MAX_RUN_JSON_DEPTH}")
+    return json.loads(text)
+
+
+def read_json(path: pathlib.Path) -> Any:
+    """The JSON value of ``path``, a file a run holds, read bounded: only a regular file (a FIFO or a device put in
+    its place is refused, never waited on or read without end) of at most MAX_RUN_JSON_BYTES; OSError
+    (FileNotFoundError for a missing file) or ValueError otherwise."""
+    return parse_json(read_bytes(path, MAX_RUN_JSON_BYTES), str(path))
+
+
 def read_summary(run_dir: pathlib.Path) -> dict[str, Any]:
     """The run's summary.json ({} when missing or unreadable: a run killed before writing it)."""
     try:
-        return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        summary = read_json(run_dir / SUMMARY_FILE)
     except (OSError, ValueError):
         return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def metrics_record(line: str | bytes, events: bool = False) -> dict[str, Any] | None:
+    """The record on one line of a metrics.jsonl (a JSON object with a ``step``), or None for an event (unless
+    ``events``) and for a line that is no such object (the partial last line of a killed run)."""
+    try:
+        record = parse_json(line, "a metrics.jsonl line")
+    except ValueError:
+        return None
+    if isinstance(record, dict) and (events or "event" not in record) and "step" in record:
+        return record
+    return None
 
 
 def read_metrics(path: pathlib.Path, events: bool = False) -> list[dict[str, Any]]:
-    """The metrics records of a metrics.jsonl (one JSON object per line with a ``step``): events (unless
-    ``events``), and a line that is no such object (the partial last line of a killed run), left out; [] when the
-    file is missing."""
+    """The metrics records of a metrics.jsonl (:func:`metrics_record` of each line, read bounded as
+    :func:`read_json` reads, up to MAX_METRICS_BYTES); [] when the file is missing."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, MAX_METRICS_BYTES).decode("utf-8", "replace")
     except (FileNotFoundError, NotADirectoryError):
         return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and (events or "event" not in record) and "step" in record:
-            records.append(record)
-    return records
+    records = (metrics_record(line, events) for line in text.splitlines())
+    return [r for r in records if r is not None]
 
 
 def run_alive(run_dir: pathlib.Path, pid: Any) -> bool:
@@ -224,7 +256,7 @@ def run_alive(run_dir: pathlib.Path, pid: Any) -> bool:
     the run's (env.json names it; a run of another host cannot be checked from here and counts as not running), and
     is not this process."""
     try:
-        host = json.loads((run_dir / ENV_FILE).read_text(encoding="utf-8")).get("host")
+        host = read_json(run_dir / ENV_FILE).get("host")
     except (OSError, ValueError, AttributeError):
         host = None
     if host is not None and host != socket.gethostname():

@@ -18,10 +18,11 @@ import json
 import math
 import os
 import pathlib
-import tomllib
 from typing import Any
 
-from sopt.experiments.run_dir import read_metrics
+from sopt.config.files import read_config
+from sopt.config.schema import ConfigError
+from sopt.experiments.run_dir import CONFIG_FILE, read_json, read_metrics
 
 # Files that make a folder a run directory or a sweep directory.
 RUN_MARKERS = ("summary.json", "config.toml")
@@ -127,7 +128,7 @@ def _final_metrics(raw: Any) -> dict[str, float]:
 
 def _read_json_object(path: pathlib.Path, notes: list[str]) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
@@ -143,12 +144,10 @@ def read_run(path: pathlib.Path) -> RunRecord:
     """One run directory as a :class:`RunRecord` (``name`` left empty)."""
     record = RunRecord(path=path)
     try:
-        with open(path / "config.toml", "rb") as f:
-            record.config = flatten(tomllib.load(f))
-    except FileNotFoundError:
-        pass
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        record.notes.append(f"config.toml: unreadable ({' '.join(str(exc).split())})")
+        if (path / CONFIG_FILE).exists() or (path / CONFIG_FILE).is_symlink():
+            record.config = flatten(read_config(path / CONFIG_FILE))   # bounded: a FIFO there must not hang a report
+    except ConfigError as exc:
+        record.notes.append(f"{CONFIG_FILE}: unreadable ({' '.join(exc.lines)})")
     summary = _read_json_object(path / "summary.json", record.notes)
     if summary is not None:
         record.status = str(summary.get("status", "unknown"))

@@ -37,11 +37,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from sopt.config.files import dumps_toml, write_atomic
 from sopt.experiments.problem import Problem, ProblemConfig
-from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, METRICS_FILE,
-                                      OVERRIDES_FILE, STARTED_CONFIG_FILE, SUMMARY_FILE, RunDirError, RunLock,
-                                      check_out_dir, check_writable, environment, now_iso, read_metrics, read_summary, run_alive,
-                                      write_json)
+from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, MAX_RUN_JSON_BYTES,
+                                      METRICS_FILE, OVERRIDES_FILE, STARTED_CONFIG_FILE, SUMMARY_FILE, RunDirError,
+                                      RunLock, check_out_dir, check_writable, environment, now_iso, read_json,
+                                      read_metrics, read_summary, run_alive, write_json)
 from sopt.experiments.run_records import flatten
+from sopt.regular_file import read_bytes
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
 
 INTERRUPTED = "interrupted"
@@ -173,6 +174,12 @@ def check_resumable(run_dir: pathlib.Path) -> dict[str, Any]:
     if status == "running" and run_alive(run_dir, summary.get("pid")):
         raise RunDirError(f"the run in {str(run_dir)!r} is still running (process {summary.get('pid')}); stop it "
                           "first (Ctrl-C or kill, which checkpoints)")
+    steps = summary.get("steps")
+    if (status in ("running", INTERRUPTED) and isinstance(steps, int) and steps > 0
+            and not os.path.lexists(run_dir / CHECKPOINT_FILE)):
+        # those summaries are written only once a checkpoint of their step exists: it was removed since
+        raise RunDirError(f"the run in {str(run_dir)!r} stopped after {steps} steps but its {CHECKPOINT_FILE} is "
+                          f"missing; restore it (resuming would start over from step 0), or start a new run")
     check_writable(run_dir, "sopt resume", (METRICS_FILE,))
     return summary
 
@@ -181,7 +188,7 @@ def config_changes(run_dir: pathlib.Path, config: ProblemConfig) -> list[str]:
     """The dotted keys where ``config`` (the validated config.toml of the run in ``run_dir``) differs from the
     config the run started with, as ``key: old -> new`` ([] for a run that predates the record of it)."""
     try:
-        started = json.loads((run_dir / STARTED_CONFIG_FILE).read_text(encoding="utf-8"))
+        started = read_json(run_dir / STARTED_CONFIG_FILE)
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
@@ -247,9 +254,9 @@ def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress:
                                           _Summary(summary, config.checkpoint_every), *callbacks],
                       log_every=config.log_every, progress=progress)
     at_step = None
-    if resuming and checkpoint_path.exists():
+    if resuming and os.path.lexists(checkpoint_path):   # a dangling link there is a CheckpointError, not step 0
         # a checkpoint that does not load raises here (CheckpointError), before any file of the run changes
-        at_step = dict(trainer.restore(str(checkpoint_path)).get("metrics") or {}) or None
+        at_step = dict(trainer.restore(str(checkpoint_path), steps=config.steps).get("metrics") or {}) or None
     begin = time.perf_counter()
     try:
         if prepare is not None:
@@ -260,7 +267,8 @@ def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress:
                               trainer.is_metrics_step(trainer.step, final=trainer.step >= config.steps), event)
             if changes:   # recorded, and the new config is the one the next resume compares with
                 overrides = run_dir / OVERRIDES_FILE
-                text = overrides.read_text(encoding="utf-8") if overrides.exists() else ""
+                text = (read_bytes(overrides, MAX_RUN_JSON_BYTES).decode("utf-8", "replace")
+                        if os.path.lexists(overrides) else "")
                 write_atomic(overrides, text + "".join(f"# resumed at step {trainer.step} with an edited "
                                                        f"{CONFIG_FILE}: {c}\n" for c in changes))
                 write_json(run_dir / STARTED_CONFIG_FILE, config.model_dump(mode="json"))

@@ -18,21 +18,22 @@ error), pruned (stopped early by the pruner) or interrupted (stopped by a signal
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import math
 import os
 import pathlib
-import stat
 from typing import Any
 
 from sopt.config.files import write_atomic
-from sopt.experiments.run_dir import run_alive
+from sopt.experiments.run_dir import SUMMARY_FILE, RunLock, read_json, run_alive
+from sopt.nesting import text_depth
+from sopt.regular_file import FileTooLargeError, NotRegularFileError, read_bytes
 
 STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
 SWEEP_FILE = "sweep.json"
 MAX_SWEEP_FILE_BYTES = 64 * 2**20     # 10000 trials (search_space.MAX_TRIALS) of a few KiB each fit
+MAX_SWEEP_DEPTH = 64                  # sweep.json nests a trial's metrics 4 deep; json.loads recurses
 
 
 def sweep_hash(config_text: str, base_overrides: list[str], space: dict[str, str], method: str,
@@ -83,7 +84,7 @@ class SweepDir:
         self.path = pathlib.Path(path)
         self.header = header
         self.trials = trials
-        self._lock_file = None
+        self._lock: RunLock | None = None
 
     @property
     def file(self) -> pathlib.Path:
@@ -101,18 +102,15 @@ class SweepDir:
 
     def lock(self) -> None:
         """Takes the directory's lock (a second sweep process on it is refused with ValueError)."""
-        self._lock_file = open(self.path / ".lock", "a+")
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.close()
-            self._lock_file = None
-            raise ValueError(f"sweep directory {self.path}: another sopt sweep is running on it") from None
+        lock = RunLock(self.path, what="sweep directory", holder="another sopt sweep of it",
+                       advice="wait for it to end or stop it (Ctrl-C or kill; its trials checkpoint)")
+        lock.__enter__()   # RunDirError (a ValueError) when another process holds it
+        self._lock = lock
 
     def unlock(self) -> None:
-        if self._lock_file is not None:
-            self._lock_file.close()
-            self._lock_file = None
+        if self._lock is not None:
+            self._lock.__exit__()
+            self._lock = None
 
     def counts(self) -> dict[str, int]:
         """How many trials are in each status (statuses with none left out)."""
@@ -151,25 +149,26 @@ def _read_sweep_file(file: pathlib.Path) -> dict[str, Any]:
     """sweep.json's object: only a regular file of at most MAX_SWEEP_FILE_BYTES is read (a FIFO or a device put in
     its place is refused at once, never read), and nesting too deep for the parser is refused; ValueError (one
     line) otherwise."""
-    try:   # non-blocking: opening a FIFO for reading would wait for a writer
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} is not a regular file; restore the "
-                                 f"file or choose another --out")
-            data = f.read(MAX_SWEEP_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} cannot be read ({exc.strerror or exc})") \
-            from None
-    if len(data) > MAX_SWEEP_FILE_BYTES:
-        raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} is over {MAX_SWEEP_FILE_BYTES // 2**20} MiB, "
-                         f"more than any sweep writes; restore it or choose another --out")
+    where = f"sweep directory {file.parent}: {SWEEP_FILE}"
     try:
-        value = json.loads(data)
-    except RecursionError:
-        raise ValueError(f"sweep directory {file.parent}: {SWEEP_FILE} is nested too deep to be a sweep's") from None
-    except ValueError as exc:     # not UTF-8, not JSON
+        data = read_bytes(file, MAX_SWEEP_FILE_BYTES)
+    except NotRegularFileError as exc:
+        raise ValueError(f"{where} is {exc.kind}, not a regular file; restore the file or choose another --out") \
+            from None
+    except FileTooLargeError:
+        raise ValueError(f"{where} is over {MAX_SWEEP_FILE_BYTES // 2**20} MiB, more than any sweep writes; restore "
+                         f"it or choose another --out") from None
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"sweep directory {file.parent}: unreadable {SWEEP_FILE} ({exc})") from None
+    if text_depth(text) > MAX_SWEEP_DEPTH:   # json.loads recurses: bounded before it runs
+        raise ValueError(f"{where} is nested too deep to be a sweep's") from None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:     # not JSON
         raise ValueError(f"sweep directory {file.parent}: unreadable {SWEEP_FILE} ({exc})") from None
     if not isinstance(value, dict):
         raise ValueError(f"sweep directory {file.parent}: unreadable {SWEEP_FILE} (not a JSON object)")
@@ -204,7 +203,7 @@ def _recorded_trials(file: pathlib.Path, recorded: Any, trials: list[Trial]) -> 
 def read_summary(run_dir: pathlib.Path) -> dict[str, Any] | None:
     """A run directory's summary.json, or None when it is missing or unreadable."""
     try:
-        data = json.loads((pathlib.Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+        data = read_json(pathlib.Path(run_dir) / SUMMARY_FILE)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

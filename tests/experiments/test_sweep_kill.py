@@ -221,7 +221,7 @@ SPOILED_SWEEP_FILES = {
     "trial_not_an_object": (_edit(lambda data: data["trials"].__setitem__(0, 7)), "is not this sweep's trial"),
     "params_not_a_table": (_set_trial("params", "x"), "is not this sweep's trial"),
     "metrics_not_a_table": (_set_trial("metrics", [1, 2]), "metrics of numbers"),
-    "metrics_nested_deep": (_set_trial("metrics", {"loss": json.loads("[" * 900 + "]" * 900)}), "metrics of numbers"),
+    "metrics_nested_deep": (_set_trial("metrics", {"loss": json.loads("[" * 900 + "]" * 900)}), "nested too deep"),
     "status_unknown": (_set_trial("status", "exploded"), "a status of pending, running"),
 }
 
