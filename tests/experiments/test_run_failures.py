@@ -310,3 +310,66 @@ def test_resume_with_an_edited_config_is_refused_unless_accepted_and_then_record
     assert (run / "overrides.txt").read_text(encoding="utf-8").endswith(
         f"# resumed at step {STOP_AT} with an edited config.toml: {change}\n")
     assert {"step": STOP_AT, "event": "config_change", "changes": [change]} in records(run)
+
+
+# -- a run whose checkpoint was removed, and files in a run replaced by what must not be read ----------------------
+def test_resume_of_a_stopped_run_without_its_checkpoint_is_refused(run):
+    (run / "checkpoint.npz").unlink()
+    before = listing(run)
+    code, _, stderr = sopt_main(["resume", str(run), "--no-progress"])
+    line = one_error_line(code, stderr)
+    assert f"stopped after {STOP_AT} steps but its checkpoint.npz is missing" in line, line
+    assert listing(run) == before
+
+
+@pytest.fixture
+def alarm():
+    """Fails a test that would hang (a FIFO read waits for a writer) instead of hanging the suite."""
+    def timed_out(signum: int, frame: Any) -> None:
+        raise AssertionError("timed out: a file in the run was waited on or read without end")
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_fifo_for_summary_json_is_replaced_not_waited_on(run, alarm):
+    (run / "summary.json").unlink()
+    os.mkfifo(run / "summary.json")
+    code, stdout, stderr = sopt_main(["resume", str(run), "--no-progress"])
+    assert code == 0 and "finished 30 steps" in stdout, stderr
+    assert (run / "summary.json").is_file() and summary(run)["status"] == "finished"
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "env.json", ".config.json"])
+def test_a_fifo_or_device_among_a_runs_files_is_one_line_not_a_hang(run, alarm, name):
+    (run / name).unlink()
+    if name == "env.json":   # read to tell whether the run's process still lives
+        (run / name).symlink_to("/dev/zero")
+        with open(run / "summary.json", "r+", encoding="utf-8") as f:   # a run killed while running
+            data = json.load(f)
+            f.seek(0), f.truncate(), json.dump({**data, "status": "running", "pid": os.getppid()}, f)
+    else:
+        os.mkfifo(run / name)
+    code, _, stderr = sopt_main(["resume", str(run), "--no-progress"])
+    line = one_error_line(code, stderr)
+    assert "a character device" in line or "a FIFO (named pipe)" in line or "still running" in line, line
+
+
+def test_run_files_nested_thousands_deep_are_one_line(run, alarm):
+    (run / ".config.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    code, _, stderr = sopt_main(["resume", str(run), "--no-progress"])
+    assert "nested 100000 levels deep" in one_error_line(code, stderr)
+    assert rd.read_metrics(pathlib.Path(os.devnull).parent / "nonexistent.jsonl") == []
+    deep = run / "metrics.jsonl"
+    deep.write_text('{"step": 1, "loss": 1.0}\n' + "[" * 50_000 + "]" * 50_000 + "\n", encoding="utf-8")
+    assert rd.read_metrics(deep) == [{"step": 1, "loss": 1.0}]   # the deep line is no record; no RecursionError
+
+
+def test_sopt_report_does_not_wait_on_a_fifo_config(run, alarm, tmp_path):
+    (run / "config.toml").unlink()
+    os.mkfifo(run / "config.toml")
+    code, stdout, stderr = sopt_main(["report", str(run), "--out", str(tmp_path / "report")])
+    assert code == 0, stderr
+    assert "config.toml: unreadable" in stdout + stderr + (tmp_path / "report" / "report.md").read_text()
