@@ -21,7 +21,7 @@ import pathlib
 import sys
 import tempfile
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import slangpy as spy
 
@@ -233,24 +233,33 @@ def multiprocessor_count() -> int | None:
     return _multiprocessors
 
 
-def _driver_multiprocessors() -> int | None:
-    """The fewest multiprocessors of the visible CUDA devices from the driver API, None if any call fails."""
+def _fewest_over_devices(query: Callable[[Any, Any], int | None]) -> int | None:
+    """The least of ``query(cuda, device)`` over the visible CUDA devices, through the driver API (``cuda`` the
+    loaded libcuda, ``device`` a CUdevice); None without a working driver or if any query gives None. No SlangPy
+    device is created."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
-        count, value = ctypes.c_int(0), ctypes.c_int(0)
+        count = ctypes.c_int(0)
         if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
             return None
-        counts = []
+        values = []
         for ordinal in range(count.value):
             device = ctypes.c_int(0)
-            if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            value = query(cuda, device) if cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0 else None
+            if value is None:
                 return None
-            if cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, device) != 0:   # MULTIPROCESSOR_COUNT
-                return None
-            counts.append(value.value)
-        return min(counts)
+            values.append(value)
+        return min(values)
     except (OSError, AttributeError):
         return None
+
+
+def _driver_multiprocessors() -> int | None:
+    """The fewest multiprocessors of the visible CUDA devices from the driver API, None if any call fails."""
+    def multiprocessors(cuda: Any, device: Any) -> int | None:
+        value = ctypes.c_int(0)
+        return value.value if cuda.cuDeviceGetAttribute(ctypes.byref(value), 16, device) == 0 else None   # SM count
+    return _fewest_over_devices(multiprocessors)
 
 
 def host_memory_available() -> int:
@@ -269,22 +278,10 @@ def host_memory_available() -> int:
 def cuda_memory_total() -> int | None:
     """Bytes of memory of the smallest visible CUDA device (the driver's cuDeviceTotalMem), or None without a
     working CUDA driver; asks the driver only, so no SlangPy device is created (configs are checked before)."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1" if sys.platform != "win32" else "nvcuda.dll")
-        count, total = ctypes.c_int(0), ctypes.c_size_t(0)
-        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
-            return None
-        sizes = []
-        for ordinal in range(count.value):
-            device = ctypes.c_int(0)
-            if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
-                return None
-            if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
-                return None
-            sizes.append(total.value)
-        return min(sizes)
-    except (OSError, AttributeError):
-        return None
+    def total_memory(cuda: Any, device: Any) -> int | None:
+        total = ctypes.c_size_t(0)
+        return total.value if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 else None
+    return _fewest_over_devices(total_memory)
 
 
 def mps_share(count: int, percentage: str | None) -> int:
