@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import sopt.problems.limits as limits
 from tests.experiments.test_cli import _prepare, listing, sopt_main
 
 FIFO = "a FIFO"   # a file the test makes with os.mkfifo (reading it would block)
@@ -71,6 +72,9 @@ def test_there_are_at_least_12_cases():
 @pytest.mark.parametrize("case", CASES, ids=[case[0] for case in CASES])
 def test_a_config_the_problem_cannot_run_is_one_line_naming_the_key(case, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # the sizes cases hold on any machine: one of 16 GiB and no GPU (the H100 machine would take a 45 GiB grid)
+    monkeypatch.setattr(limits, "host_memory_available", lambda: 16 * 2 ** 30)
+    monkeypatch.setattr(limits, "cuda_memory_total", lambda: None)
     name, files, argv, fragments = case
     texts = {}
     for file, content in files.items():
@@ -94,7 +98,6 @@ def test_a_config_the_problem_cannot_run_is_one_line_naming_the_key(case, tmp_pa
 
 def test_a_config_is_refused_when_the_machine_has_less_than_it_needs(tmp_path, monkeypatch):
     """On a machine with 4 MiB free, 256 starts (about 9 MiB) are refused, and the line gives both numbers."""
-    import sopt.problems.limits as limits
     monkeypatch.setattr(limits, "host_memory_available", lambda: 4 * 2 ** 20)
     monkeypatch.setattr(limits, "cuda_memory_total", lambda: None)
     monkeypatch.chdir(tmp_path)
