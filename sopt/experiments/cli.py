@@ -268,10 +268,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    """The console script: ``main`` with a reader that stopped reading (``sopt config X | head``) ending quietly."""
+    """The console script: ``main`` with a reader that stopped reading (``sopt config X | head``) ending quietly,
+    and a Ctrl-C outside training (while a problem is built, a sweep checks its trials, or a second one during a
+    step) one line with the shell's status 130 rather than a traceback; every file sopt writes is whole (atomic)."""
     try:
         code = main()
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C); files already written are whole, nothing half-written is left",
+              file=sys.stderr)
+        code = 130
     except BrokenPipeError:
         # Python's documented recipe: point stdout at devnull so the interpreter's final flush does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -373,3 +373,16 @@ def test_sopt_report_does_not_wait_on_a_fifo_config(run, alarm, tmp_path):
     code, stdout, stderr = sopt_main(["report", str(run), "--out", str(tmp_path / "report")])
     assert code == 0, stderr
     assert "config.toml: unreadable" in stdout + stderr + (tmp_path / "report" / "report.md").read_text()
+
+
+def test_ctrl_c_outside_training_is_one_line_and_status_130(monkeypatch, capsys):
+    from sopt.experiments import cli
+
+    def interrupted(argv: Any = None) -> int:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "main", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.entry_point()
+    assert exit_info.value.code == 130
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: interrupted (Ctrl-C)"), err
