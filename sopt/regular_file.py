@@ -9,9 +9,12 @@ descriptor, so a FIFO swapped in between the two is neither waited for nor read.
 from __future__ import annotations
 
 import os
+import pathlib
 import stat
 from typing import BinaryIO
 
+NAME_MAX = 255    # bytes of one folder or file name (Linux filesystems')
+PATH_MAX = 4096   # bytes of a whole path (Linux's)
 KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
          stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket"}
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -66,3 +69,35 @@ def read_bytes(path: str | os.PathLike[str], limit: int) -> bytes:
     if size > limit:
         raise FileTooLargeError(path, size, limit)
     return data
+
+
+def name_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why no filesystem takes ``path`` as a name (a NUL character, a name over NAME_MAX bytes, a path over
+    PATH_MAX bytes), in words after the path ("has a name too long for the filesystem (300 bytes in one name, ...)"),
+    or None; found from the string alone, before the filesystem is asked."""
+    text = os.fspath(path)
+    if "\0" in text:
+        return "has a NUL character in the name"
+    size = len(os.fsencode(text))
+    longest = max((len(os.fsencode(part)) for part in pathlib.PurePath(text).parts), default=0)
+    if size > PATH_MAX or longest > NAME_MAX:
+        return (f"has a name too long for the filesystem ({longest} bytes in one name, {size} in the path; at most "
+                f"{NAME_MAX} and {PATH_MAX})")
+    return None
+
+
+def file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` names no regular file that can be read (its name, missing, a folder, a FIFO, a device, a
+    socket, unexaminable), in words after the path, or None. ``os.stat`` only: nothing is opened."""
+    problem = name_problem(path)
+    if problem is not None:
+        return problem
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror or exc})"
+    if not stat.S_ISREG(mode):
+        return f"is {KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file"
+    return None

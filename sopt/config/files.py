@@ -17,7 +17,7 @@ from typing import Any
 import tomli_w
 
 from sopt import atomic_write
-from sopt.regular_file import FileTooLargeError, NotRegularFileError, read_bytes
+from sopt.regular_file import FileTooLargeError, NotRegularFileError, name_problem, read_bytes
 from sopt.config.schema import ConfigError, check_depth, parse_json, short, text_depth, value_depth
 
 FORMATS = (".toml", ".json")
@@ -56,11 +56,8 @@ def _open_error(file: pathlib.Path, exc: OSError) -> str:
         if file.is_symlink():
             return f"is a broken symbolic link (to {os.readlink(file)!r})"
         return "does not exist"
-    if exc.errno == errno.ENAMETOOLONG:
-        name_max, path_max = (os.pathconf(file.anchor or ".", key) for key in ("PC_NAME_MAX", "PC_PATH_MAX"))
-        longest = max(len(os.fsencode(part)) for part in file.parts)
-        return (f"has a name too long for the filesystem ({longest} bytes in one name, "
-                f"{len(os.fsencode(str(file)))} in the path; at most {name_max} and {path_max})")
+    if exc.errno == errno.ENAMETOOLONG:   # within NAME_MAX and PATH_MAX, but this filesystem allows less
+        return "has a name too long for this filesystem"
     if exc.errno == errno.ELOOP:
         return "is a loop of symbolic links"
     return f"cannot be opened: {exc.strerror or exc}"
@@ -71,9 +68,11 @@ def read_text(path: str | os.PathLike[str], expected: str = "a .toml or .json fi
     MAX_CONFIG_BYTES is read, so a FIFO, a device such as /dev/zero, a folder or a huge file is one ConfigError line
     at once, never a hang or a full memory. ``expected`` ends the line of a missing or wrong file."""
     name = short(str(path), SHOWN_PATH_CHARS)
-    if str(path) == "" or "\0" in str(path):
-        raise ConfigError([f"config file {name}: {'empty path' if not str(path) else 'a NUL character in the name'}; "
-                           f"name {expected}"])
+    if str(path) == "":
+        raise ConfigError([f"config file '': empty path; name {expected}"])
+    problem = name_problem(path)
+    if problem is not None:
+        raise ConfigError([f"config file {name} {problem}; expected {expected}"])
     file = pathlib.Path(path)
     try:
         data = read_bytes(file, MAX_CONFIG_BYTES)

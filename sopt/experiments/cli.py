@@ -163,6 +163,7 @@ def cmd_resume(argv: list[str]) -> int:
     from sopt.problems import problem_class
     out = pathlib.Path(args.run_dir)
     try:
+        rd.check_name(args.run_dir, "sopt resume")
         if not out.is_dir():
             raise rd.RunDirError(f"{args.run_dir!r} is not a folder; give a run directory (it holds config.toml)")
         runner.check_resumable(out)

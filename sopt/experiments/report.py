@@ -27,6 +27,7 @@ from typing import Sequence
 from sopt import atomic_write
 from sopt.experiments import report_table, tensorboard_export
 from sopt.experiments.report_table import ReportTable
+from sopt.experiments.run_dir import check_name
 from sopt.experiments.run_records import Collection, NoRunsError, collect_runs
 
 REPORT_FILES = ("report.md", "report.csv", "curves.png")
@@ -184,6 +185,7 @@ def report_main(argv: list[str]) -> int:
         out = pathlib.Path(args.out) if args.out is not None else default_out(args.dirs)
         if args.out == "":
             raise ValueError("--out '': give a folder name")
+        check_name(out, "--out")
         earlier = check_output_folder(out, args.force)
         if args.tensorboard:
             tensorboard_export.check_available()

@@ -25,8 +25,9 @@ import threading
 from typing import Any
 
 from sopt.config.files import write_atomic
+from sopt.config.schema import short
 from sopt.nesting import text_depth
-from sopt.regular_file import read_bytes
+from sopt.regular_file import name_problem, read_bytes
 
 CONFIG_FILE, OVERRIDES_FILE, METRICS_FILE, SUMMARY_FILE, ENV_FILE, CHECKPOINT_FILE, ERROR_FILE = (
     "config.toml", "overrides.txt", "metrics.jsonl", "summary.json", "env.json", "checkpoint.npz", "error.txt")
@@ -57,6 +58,14 @@ def new_run_dir(root: str | os.PathLike[str], problem: str, config_text: str) ->
     raise RunDirError(f"could not create a new run folder under {str(base)!r}")
 
 
+def check_name(path: str | os.PathLike[str], what: str) -> None:
+    """RunDirError naming ``what`` (``--out``, ``sopt resume``) when no filesystem takes ``path`` as a name (a NUL,
+    a name or path too long): one line, before anything is created or a traceback from deep inside."""
+    problem = name_problem(path)
+    if problem is not None:
+        raise RunDirError(f"{what} {short(os.fspath(path), 80)} {problem}")
+
+
 def check_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
     """``out`` as a path if a new run may go there (it does not exist, or is an empty folder), without creating
     anything; RunDirError for an empty name, a file, a folder under a file or a folder that already holds
@@ -64,6 +73,7 @@ def check_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
     text = os.fspath(out)
     if text.strip() == "":
         raise RunDirError("--out '' is empty; name a new folder")
+    check_name(text, "--out")
     path = pathlib.Path(text)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {text!r} is a file, not a folder; name a new folder")

@@ -21,8 +21,9 @@ import pathlib
 from typing import Any
 
 from sopt.config.files import read_config
-from sopt.config.schema import ConfigError
+from sopt.config.schema import ConfigError, short
 from sopt.experiments.run_dir import CONFIG_FILE, read_json, read_metrics
+from sopt.regular_file import name_problem
 
 # Files that make a folder a run directory or a sweep directory.
 RUN_MARKERS = ("summary.json", "config.toml")
@@ -69,9 +70,14 @@ class RunRecord:
         return self.params.get(key)
 
     def history(self) -> list[dict[str, Any]]:
-        """metrics.jsonl's metrics records (events left out), read once; [] when the file is missing."""
+        """metrics.jsonl's metrics records (events left out), read once; [] when the file is missing, and with a
+        note when it cannot be read (a FIFO or device put there, a file over the reader's limit)."""
         if self._history is None:
-            self._history = read_metrics(self.path / "metrics.jsonl")
+            try:
+                self._history = read_metrics(self.path / "metrics.jsonl")
+            except OSError as exc:
+                self.notes.append(f"metrics.jsonl: unreadable ({' '.join(str(exc).split())})")
+                self._history = []
         return self._history
 
     def series(self, metric: str) -> tuple[list[int], list[float]]:
@@ -250,6 +256,9 @@ def collect_runs(dirs: list[str | os.PathLike[str]]) -> Collection:
     sweeps: dict[pathlib.Path, dict[str, Any]] = {}
     for given in dirs:
         folder = pathlib.Path(given)
+        problem = name_problem(given)
+        if problem is not None:
+            raise NoRunsError(f"{short(os.fspath(given), 80)} {problem}")
         if not folder.exists():
             raise NoRunsError(f"{str(given)!r}: no such folder")
         if not folder.is_dir():

@@ -25,6 +25,7 @@ from sopt.config.files import read_config_file
 from sopt.config.schema import ConfigError
 from sopt.experiments.local_executor import LocalExecutor, TrialCommand
 from sopt.experiments.prune import make_pruner
+from sopt.experiments.run_dir import check_name
 from sopt.experiments.cli import CommandParser
 from sopt.experiments.search_space import SearchSpace, SpaceError, format_value, parse_space, parse_value
 from sopt.experiments.sweep_dir import SweepDir, Trial, sweep_hash
@@ -313,6 +314,7 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
             raise _UsageError(f"--out {args.out!r}: give a folder name")
         path = pathlib.Path(args.out) if args.out else pathlib.Path("runs") / problem / f"sweep-{digest}"
         try:
+            check_name(path, "--out")
             sweep = SweepDir.open(path, header, trials)
             sweep.lock()
         except (ValueError, OSError) as exc:

@@ -14,9 +14,6 @@ MemoryError or a hang.
 
 from __future__ import annotations
 
-import os
-import pathlib
-import stat
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -67,32 +64,3 @@ def rollout_states(model: BaseModel, steps: int) -> int:
     except ValueError as exc:
         refuse(model, [(("rollout_budget",), budget, str(exc))])
         raise   # not reached: refuse raised
-
-
-NAME_MAX = 255    # bytes of one path component (Linux filesystems' NAME_MAX)
-PATH_MAX = 4096   # bytes of a whole path (Linux's PATH_MAX)
-
-
-def file_problem(path: str) -> str | None:
-    """Why ``path`` names no regular file sopt can read (a name too long for the filesystem, a NUL, missing, a
-    folder, a FIFO, device or socket, unreadable), or None. Checked with ``os.stat`` only: opening a FIFO would
-    block and reading a device would not end."""
-    if "\0" in path:
-        return "holds a NUL character"
-    size = len(os.fsencode(path))
-    if size > PATH_MAX:
-        return f"is {size} bytes long; paths may have at most {PATH_MAX}"
-    longest = max((len(os.fsencode(part)) for part in pathlib.PurePath(path).parts), default=0)
-    if longest > NAME_MAX:
-        return f"has a name of {longest} bytes; the filesystem allows at most {NAME_MAX} per folder or file name"
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return "does not exist"
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
-    if stat.S_ISDIR(info.st_mode):
-        return "is a folder"
-    if not stat.S_ISREG(info.st_mode):
-        return "is not a regular file (a FIFO, device or socket)"
-    return None

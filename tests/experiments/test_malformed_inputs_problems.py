@@ -55,13 +55,13 @@ CASES: list[tuple[str, dict[str, str], list[str], list[str]]] = [
      ["config batch_size = 16777216: the config needs about", "GiB of"]),
     # strings that name files
     ("image_name_too_long", {"c.toml": c("neural_field_image") + f'image = "{"x" * 300}.png"\n'}, ["{tmp}/c.toml"],
-     ["config image = ", "has a name of 304 bytes; the filesystem allows at most 255"]),
+     ["config image = ", "has a name too long for the filesystem (304 bytes in one name"]),
     ("image_path_too_long", {"c.toml": c("neural_field_image") + f'image = "{"/d" * 2100}.png"\n'}, ["{tmp}/c.toml"],
-     ["config image = ", "is 4204 bytes long; paths may have at most 4096"]),
+     ["config image = ", "4204 in the path; at most 255 and 4096)"]),
     ("image_is_a_fifo", {"c.toml": c("neural_field_image") + 'image = "{tmp}/pipe.png"\n', "pipe.png": FIFO},
-     ["{tmp}/c.toml"], ["config image = ", "is not a regular file (a FIFO, device or socket)"]),
+     ["{tmp}/c.toml"], ["config image = ", "is a FIFO (named pipe), not a regular file"]),
     ("image_is_a_device", {"c.toml": c("neural_field_image") + 'image = "/dev/zero"\n'}, ["{tmp}/c.toml"],
-     ["config image = '/dev/zero'", "is not a regular file"]),
+     ["config image = '/dev/zero'", "is a character device, not a regular file"]),
 ]
 
 

@@ -386,3 +386,23 @@ def test_ctrl_c_outside_training_is_one_line_and_status_130(monkeypatch, capsys)
     assert exit_info.value.code == 130
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: interrupted (Ctrl-C)"), err
+
+
+LONG = "x" * 300   # one name longer than any filesystem's 255 bytes
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["run", "--problem", "fit_projectile", "--out", LONG], "error: --out 'xxx"),
+    (["resume", LONG], "error: sopt resume 'xxx"),
+    (["report", LONG], "error: 'xxx"),
+    (["report", "{run}", "--out", LONG], "error: --out 'xxx"),
+    (["sweep", "{config}", "steps=2,3", "--out", LONG], "error: --out 'xxx"),
+], ids=["run_out", "resume", "report_dir", "report_out", "sweep_out"])
+def test_a_folder_name_too_long_for_the_filesystem_is_one_line(argv, start, run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text('problem = "fit_projectile"\n', encoding="utf-8")
+    no_gpu(monkeypatch)
+    code, _, stderr = sopt_main([a.replace("{run}", str(run)).replace("{config}", str(config)) for a in argv])
+    line = one_error_line(code, stderr)
+    assert line.startswith(start) and "has a name too long for the filesystem (300 bytes in one name" in line, line

@@ -28,7 +28,8 @@ from sopt.nn.fully_fused_mlp import MAX_WIDTH
 from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
-from sopt.problems.limits import FLOAT, check_memory, file_problem, refuse
+from sopt.problems.limits import FLOAT, check_memory, refuse
+from sopt.regular_file import file_problem
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
 IN_FEATURES, OUT_FEATURES = 2, 3   # (x, y) -> RGB
