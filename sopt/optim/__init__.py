@@ -7,9 +7,11 @@ from sopt.optim import lr_scheduler
 from sopt.optim.adagrad import Adagrad, AdagradConfig
 from sopt.optim.adam import Adam, AdamConfig
 from sopt.optim.adamw import AdamW, AdamWConfig
+from sopt.optim.lion import Lion, LionConfig
 from sopt.optim.optimizer import Optimizer
 from sopt.optim.rmsprop import RMSprop, RMSpropConfig
 from sopt.optim.sgd import SGD, SGDConfig
 
-__all__ = ["lr_scheduler", "Adagrad", "AdagradConfig", "Adam", "AdamConfig", "AdamW", "AdamWConfig", "Optimizer",
+__all__ = ["lr_scheduler", "Adagrad", "AdagradConfig", "Adam", "AdamConfig", "AdamW", "AdamWConfig", "Lion", "LionConfig",
+           "Optimizer",
            "RMSprop", "RMSpropConfig", "SGD", "SGDConfig"]

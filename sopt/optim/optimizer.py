@@ -44,17 +44,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
-import math
 import warnings
 from typing import Any, ClassVar, Iterable
 
 import numpy as np
 import slangpy as spy
-from pydantic import Field
 
 from sopt import device as dev
 from sopt.optim.arena import ParameterArena
+from sopt.optim.hyperparameter import Hyperparameter, signature
 from sopt.parameter import Parameter, parameters_of
 from sopt.validation import as_float32_array, check_bool, check_float, check_float32, check_int
 
@@ -62,13 +60,12 @@ THREADS = 256          # threads per group of every optimiser kernel (slang_lib/
 MAX_GROUPS = 16        # parameter groups one dispatch handles
 STATS_GROUPS = 1024    # most thread groups of the statistics pass
 SCAN_PER_THREAD = 4    # float4 gradient vectors per thread of the non-finite scan
-GROUP_WORDS = 16       # words per group record in the control buffer: end vector + 15 hyperparameters
 # control-buffer word offsets (see optimizer.slang)
 _CTL_SKIPPED = 3
 _CTL_RESULTS = 10      # steps whose in-place update wrote a NaN/Inf
 _CTL_LAYOUT = 16
-_CTL_GROUPS = 24
-_CTL_WORDS = _CTL_GROUPS + GROUP_WORDS * MAX_GROUPS + 3 * STATS_GROUPS
+_CTL_GROUP_ENDS = 24   # one word per parameter group: its end vector
+_CTL_WORDS = _CTL_GROUP_ENDS + MAX_GROUPS + 3 * STATS_GROUPS
 RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
 # param-group keys learning-rate schedulers keep in the groups (LRScheduler's initial_lr, OneCycleLR's bounds):
 # saved with the groups and accepted by load_state_dict besides the optimiser's own options
@@ -79,12 +76,17 @@ _DOUBLE_BUFFERED = (_PASS_CHECK, _PASS_STATS_CHECK)   # passes whose update writ
 
 
 class Optimizer:
-    """Base class. Subclasses name their kernel, state and hyperparameter order.
+    """Base class. Subclasses declare their :class:`Hyperparameter` s and name their kernel and state slots.
+
+    The constructor of a subclass is ``(params, <its hyperparameters in declared order, torch's defaults>, *,
+    max_grad_norm=None, skip_nonfinite=True, double_buffer=True, poll_every=64)`` (see ``inspect.signature``); the
+    hyperparameters given are the defaults of groups that don't set them. Its update kernel's entry points take
+    ``uniform StructuredBuffer<Hyper> hyper``, one struct per parameter group, whose fields the host fills by name
+    from :meth:`kernel_fields` (each declared hyperparameter under its name, plus what a subclass derives).
 
     Args:
         params: an iterable of Parameters, an object with ``parameters()``, or a list of dicts
             ``{"params": [...], **hyperparameters}`` (parameter groups, each with its own hyperparameters).
-        defaults: hyperparameters of groups that don't set them.
         max_grad_norm: when set (> 0), all gradients are scaled by ``min(1, max_grad_norm / (||g|| + 1e-6))``
             before the update, ``||g||`` the 2-norm over every parameter of this optimiser.
         skip_nonfinite: when True, a step whose gradients, or the values or state it computes, hold any NaN/Inf
@@ -103,12 +105,27 @@ class Optimizer:
     float32 stores as 0, a subnormal or Inf), here and in :meth:`load_state_dict`.
     """
 
+    hyperparameters: ClassVar[tuple[Hyperparameter, ...]]   # torch's constructor order
     kernel_module: ClassVar[str]
     kernel_entry: ClassVar[str]
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
-    def __init__(self, params: Any, defaults: dict[str, Any], *, max_grad_norm: float | None = None,
-                 skip_nonfinite: bool = True, double_buffer: bool = True, poll_every: int = 64) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "hyperparameters" in cls.__dict__:
+            cls.__signature__ = signature(cls.hyperparameters)   # type: ignore[attr-defined]
+
+    def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        # torch's TypeErrors for a missing, repeated or unknown argument
+        bound = type(self).__signature__.bind(params, *args, **kwargs)   # type: ignore[attr-defined]
+        bound.apply_defaults()
+        arguments = bound.arguments
+        self._setup(params, {h.key: arguments[h.key] for h in self.hyperparameters},
+                    max_grad_norm=arguments["max_grad_norm"], skip_nonfinite=arguments["skip_nonfinite"],
+                    double_buffer=arguments["double_buffer"], poll_every=arguments["poll_every"])
+
+    def _setup(self, params: Any, defaults: dict[str, Any], *, max_grad_norm: float | None, skip_nonfinite: bool,
+               double_buffer: bool, poll_every: int) -> None:
         # every option is checked before the first parameter group is taken
         if max_grad_norm is not None:
             max_grad_norm = check_float(max_grad_norm, "max_grad_norm", low=0.0, low_inclusive=False, float32=True)
@@ -129,6 +146,7 @@ class Optimizer:
         device = dev.get_device()
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
                                          usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
+        self._hyper: spy.Buffer | None = None   # the kernel's hyperparameter structs, made on the first step
         self._layout_key: tuple | None = None
         self._attempts = 0
         self._skipped_seen = 0
@@ -182,9 +200,11 @@ class Optimizer:
                     check_float32(item, key if i is None else f"{key}[{i}]", owner=type(self).__name__)
 
     def check_group(self, group: dict[str, Any]) -> None:
-        """Validate a group's hyperparameters (ValueError naming the argument and value) and store them as
-        Python floats and bools. Subclasses check theirs after calling this."""
-        group["lr"] = check_float(group["lr"], "lr", low=0.0)
+        """Validate a group's hyperparameters against their declarations (ValueError naming the argument and
+        value) and store them as Python floats, bools and tuples. Subclasses check what relates several of them
+        after calling this."""
+        for h in self.hyperparameters:
+            group[h.key] = h.check(group[h.key])
         if "initial_lr" in group:
             group["initial_lr"] = check_float(group["initial_lr"], "initial_lr", low=0.0)
 
@@ -197,9 +217,14 @@ class Optimizer:
         """Initial value of state ``name`` for parameters of ``group``."""
         return 0.0
 
-    def group_hyper(self, group: dict[str, Any]) -> list[float]:
-        """The group's hyperparameters in the order the kernel's ``load_*_group`` reads them (<= 15)."""
-        raise NotImplementedError
+    def kernel_fields(self, group: dict[str, Any]) -> dict[str, float | bool]:
+        """The fields of the update kernel's hyperparameter struct for ``group``, by name: every declared
+        hyperparameter (a pair as its two config keys). Subclasses add the values they derive on the host (in
+        double precision, e.g. ``1 - beta``)."""
+        fields: dict[str, float | bool] = {}
+        for h in self.hyperparameters:
+            fields.update(h.kernel_fields(group[h.key]))
+        return fields
 
     # -- state slots and the control buffer ------------------------------------------------------------------------
     def _ensure_states(self, also: Iterable[str] = (), encoder: spy.CommandEncoder | None = None) -> None:
@@ -229,27 +254,43 @@ class Optimizer:
         # about four float4 vectors per thread before the grid-stride loop repeats
         return max(1, min(STATS_GROUPS, -(-self.arena.n_vec // (4 * THREADS))))
 
-    def _layout_words(self) -> tuple[tuple, np.ndarray | None]:
-        """Words [8, 16 + 16 * MAX_GROUPS) of the control buffer, and a key that changes when they do."""
-        hypers = tuple(tuple(float(x) for x in self.group_hyper(g)) for g in self.param_groups)
-        key = (hypers, self._pass, self.max_grad_norm, tuple(sorted(self._slots.items())), self.arena.n_vec)
+    def _layout(self) -> tuple[tuple, np.ndarray | None, list[dict[str, float | bool]]]:
+        """Words [16, 24 + MAX_GROUPS) of the control buffer (None when unchanged), every group's kernel fields,
+        and a key that changes when either does."""
+        fields = [self.kernel_fields(g) for g in self.param_groups]
+        key = (tuple(tuple(f.items()) for f in fields), self._pass, self.max_grad_norm,
+               tuple(sorted(self._slots.items())), self.arena.n_vec)
         if key == self._layout_key:
-            return key, None
+            return key, None, fields
         n_vec = self.arena.n_vec
-        words = np.zeros(_CTL_GROUPS - _CTL_LAYOUT + GROUP_WORDS * MAX_GROUPS, np.uint32)
+        words = np.zeros(_CTL_GROUP_ENDS - _CTL_LAYOUT + MAX_GROUPS, np.uint32)
         words[0:4] = [n_vec, len(self.param_groups), self._pass, self._n_stat_groups()]
         words[4] = np.float32(self.max_grad_norm or 0.0).view(np.uint32)
         for logical, name in enumerate(self.state_names):
             if name in self._slots:
                 words[5 + logical] = (2 + self._slots[name]) * n_vec
-        table = words[_CTL_GROUPS - _CTL_LAYOUT:].reshape(MAX_GROUPS, GROUP_WORDS)
-        for k, (end, h) in enumerate(zip(self.arena.group_end_vec, hypers)):
-            if len(h) > GROUP_WORDS - 1:
-                raise ValueError(f"{type(self).__name__} has {len(h)} hyperparameters; at most {GROUP_WORDS - 1}")
-            table[k, 0] = end
-            with np.errstate(over="ignore"):   # a finite value beyond float32 becomes inf: the checked update
-                table[k, 1:1 + len(h)] = np.asarray(h, np.float32).view(np.uint32)   # reports the step it spoils
-        return key, words
+        ends = self.arena.group_end_vec
+        words[_CTL_GROUP_ENDS - _CTL_LAYOUT:][:len(ends)] = ends
+        return key, words, fields
+
+    def _hyper_records(self, role: str, fields: list[dict[str, float | bool]]) -> np.ndarray:
+        """The groups' hyperparameter structs, bytes laid out as the ``role`` kernel reads them: SlangPy's
+        BufferCursor over the element type of its entry point's ``hyper`` parameter, written field by field by
+        name (the struct's order and the backend's layout are the compiler's business, not the host's)."""
+        kernel = dev.load_kernel(*self._entry(role))
+        parameters = {p.name: p for p in kernel.program.layout.entry_points[0].parameters}
+        layout = parameters["hyper"].type_layout.element_type_layout
+        declared = {f.name for f in layout.fields}
+        cursor = spy.BufferCursor(dev.get_device().info.type, layout, MAX_GROUPS)
+        for k, group in enumerate(fields):
+            if set(group) != declared:   # the class and its kernel disagree: a bug of the optimiser, not of a config
+                raise TypeError(f"{type(self).__name__}.kernel_fields gives {sorted(group)}, but the struct "
+                                f"{layout.name} of {self.kernel_module}.slang has {sorted(declared)}")
+            record = cursor[k]
+            for name, value in group.items():
+                with np.errstate(over="ignore"):   # a finite value beyond float32 becomes inf: the checked
+                    record[name] = value if isinstance(value, bool) else float(np.float32(value))   # update
+        return cursor.to_numpy()   # reports the step it spoils
 
     # -- the step ---------------------------------------------------------------------------------------------
     def step(self, encoder: spy.CommandEncoder | None = None) -> None:
@@ -274,10 +315,16 @@ class Optimizer:
         if buffer is not self._bound_buffer:
             self._bound.clear()   # kernels bound to a previous buffer would keep it alive
             self._bound_buffer = buffer
-        key, words = self._layout_words()
+        update = "update" if check != _PASS_NONE else "update_unchecked"
+        key, words, fields = self._layout()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
             encoder.upload_buffer_data(self._ctl, 4 * _CTL_LAYOUT, words)
+            records = self._hyper_records(update, fields)
+            if self._hyper is None:
+                self._hyper = dev.get_device().create_buffer(
+                    size=records.nbytes, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
+            encoder.upload_buffer_data(self._hyper, 0, records)
             self._layout_key = key
         self._attempts += 1
         arena.version += 1   # every parameter's values change (sopt.Tape's check)
@@ -288,7 +335,6 @@ class Optimizer:
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
             self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
-        update = "update" if check != _PASS_NONE else "update_unchecked"
         self._kernel(update, src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
         if double:
             side_vectors = arena.side_offset(1)
@@ -308,17 +354,21 @@ class Optimizer:
         check nothing."""
         bound = self._bound.get((role, src_side, dst_side))
         if bound is None:
-            module, entry = {"update": (self.kernel_module, self.kernel_entry),
-                             "update_unchecked": (self.kernel_module, f"{self.kernel_entry}_unchecked"),
-                             "stats": ("optim/optimizer", "grad_stats"),
-                             "scan": ("optim/optimizer", "nonfinite_scan"),
-                             "restore": ("optim/optimizer", "nonfinite_restore"),
-                             "fill": ("optim/optimizer", "fill")}[role]
-            kernel = dev.load_kernel(module, entry)
+            kernel = dev.load_kernel(*self._entry(role))
             sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith(("update", "restore")) else {}
-            bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides)
+            hyper = {"hyper": self._hyper} if role.startswith("update") else {}
+            bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides, **hyper)
             self._bound[(role, src_side, dst_side)] = bound
         return bound
+
+    def _entry(self, role: str) -> tuple[str, str]:
+        """The Slang module and entry point of ``role`` (see :meth:`_kernel`)."""
+        return {"update": (self.kernel_module, self.kernel_entry),
+                "update_unchecked": (self.kernel_module, f"{self.kernel_entry}_unchecked"),
+                "stats": ("optim/optimizer", "grad_stats"),
+                "scan": ("optim/optimizer", "nonfinite_scan"),
+                "restore": ("optim/optimizer", "nonfinite_restore"),
+                "fill": ("optim/optimizer", "fill")}[role]
 
     def zero_grad(self) -> None:
         """Set every gradient to zero (``step()`` already does this as it consumes them)."""
@@ -506,15 +556,19 @@ class Optimizer:
         self._results_seen = 0   # the counter restarts from zero with the control buffer
 
     # -- config (sopt.config.registry) ---------------------------------------------------------------------------
-    @staticmethod
-    def config_to_options(config: Any) -> dict[str, Any]:
-        """The constructor's hyperparameters (``lr``, ``betas``, ...) from a config of this optimiser."""
-        raise NotImplementedError
+    @classmethod
+    def config_to_options(cls, config: Any) -> dict[str, Any]:
+        """The constructor's hyperparameters (``lr``, ``betas``, ...) from a config of this optimiser: those with a
+        config key."""
+        return {h.key: h.from_config(config) for h in cls.hyperparameters if h.config_key is not None}
 
-    @staticmethod
-    def options_to_config(group: dict[str, Any]) -> dict[str, Any]:
+    @classmethod
+    def options_to_config(cls, group: dict[str, Any]) -> dict[str, Any]:
         """The config's keys (``learning_rate``, ``beta1``, ...) from a param group's hyperparameters."""
-        raise NotImplementedError
+        config: dict[str, Any] = {}
+        for h in cls.hyperparameters:
+            config.update(h.to_config(group[h.key]))
+        return config
 
     @classmethod
     def from_config(cls, config: Any, params: Any) -> "Optimizer":
@@ -541,12 +595,11 @@ class Optimizer:
         config = type(self).config_class(**self.options_to_config(options),   # type: ignore[attr-defined]
                                          max_grad_norm=self.max_grad_norm, skip_nonfinite=self.skip_nonfinite,
                                          double_buffer=self.double_buffer)
-        rebuilt = self.config_to_options(config)
-        defaults = inspect.signature(type(self).__init__).parameters
-        lost = sorted(k for k in options if rebuilt.get(k, defaults[k].default) != options[k])
+        rebuilt = {h.key: h.default for h in self.hyperparameters} | self.config_to_options(config)
+        lost = sorted(k for k in options if rebuilt[k] != options[k])
         if lost:
             raise ValueError(f"{name}.to_config: {', '.join(f'{k}={options[k]!r}' for k in lost)} has no config key "
-                             f"(a config gives {', '.join(f'{k}={rebuilt.get(k, defaults[k].default)!r}' for k in lost)})")
+                             f"(a config gives {', '.join(f'{k}={rebuilt[k]!r}' for k in lost)})")
         return config
 
     def __repr__(self) -> str:
@@ -567,41 +620,3 @@ class _LoadedState:
     skip_nonfinite: bool
     step: int
     skipped: int
-
-
-# -- config fields every optimiser has (each config model declares them with these) --------------------------------
-def max_grad_norm_field() -> Any:
-    return Field(None, gt=0.0, le=1e30, description="clip the global gradient 2-norm to this before the update "
-                                                    "(gradient units; None: no clipping)")
-
-
-def skip_nonfinite_field() -> Any:
-    return Field(True, description="skip (and count) a step whose gradients or result hold a NaN/Inf")
-
-
-def double_buffer_field() -> Any:
-    return Field(True, description="keep values and state twice so a non-finite step can be undone in the "
-                                   "update itself (False: half the memory, one more read of the gradients)")
-
-
-def learning_rate_field(default: float, unit: str) -> Any:
-    return Field(default, gt=0.0, le=10.0, description=f"step size in {unit}, scaled by the schedule")
-
-
-def weight_decay_field(default: float = 0.0, description: str = "L2 penalty: weight_decay * p added to the "
-                                                                   "gradient (gradient units per parameter unit)") -> Any:
-    return Field(default, ge=0.0, le=1e3, description=description)
-
-
-def log_beta(beta: float) -> float:
-    """log(beta) in double precision for the kernels' bias corrections (a huge negative for beta = 0)."""
-    return math.log(beta) if beta > 0.0 else -1e30
-
-
-def check_betas(betas: Iterable[float]) -> tuple[float, float]:
-    """Adam-family (beta1, beta2), each in [0, 1)."""
-    if not isinstance(betas, (tuple, list, np.ndarray)) or len(betas) != 2:
-        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    b = tuple(betas)
-    return (check_float(b[0], "betas[0]", 0.0, 1.0, high_inclusive=False),
-            check_float(b[1], "betas[1]", 0.0, 1.0, high_inclusive=False))

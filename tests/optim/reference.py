@@ -1,5 +1,6 @@
 """float64 numpy implementations of torch.optim's update equations (single-tensor code paths), used as the
-reference the Slang kernels are checked against. Written from torch/optim/{sgd,adam,adamw,rmsprop,adagrad}.py."""
+reference the Slang kernels are checked against. Written from torch/optim/{sgd,adam,adamw,rmsprop,adagrad}.py
+and, for Lion, from Chen et al. 2023 (Algorithm 2) with lion-pytorch's decoupled weight decay."""
 
 from __future__ import annotations
 
@@ -103,3 +104,14 @@ class ReferenceOptimizer:
         clr = lr / (1 + (self.t - 1) * lr_decay)
         acc += g * g
         p -= clr * g / (np.sqrt(acc) + eps)
+
+    def _lion(self, p, g, s):
+        # Chen et al. 2023, Algorithm 2 with lion-pytorch's decoupled weight decay
+        h = self.h
+        lr, (b1, b2), wd = h.get("lr", 1e-4), h.get("betas", (0.9, 0.99)), h.get("weight_decay", 0.0)
+        m = s.setdefault("m", np.zeros_like(p))
+        c = np.sign(b1 * m + (1 - b1) * g)
+        p *= 1 - lr * wd
+        p -= lr * c
+        m *= b2
+        m += (1 - b2) * g
