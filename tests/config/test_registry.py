@@ -20,7 +20,7 @@ from sopt.nn import vjp
 from tests.optim.reference import ReferenceOptimizer
 
 FAMILIES = {
-    "optimizer": {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad"},
+    "optimizer": {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Lion"},
     "schedule": {"Constant", "WarmupCosine", "Step", "Exponential"},
     "encoding": {"Frequency", "HashGrid", "Identity"},
     "network": {"MLP", "FullyFusedMLP"},
