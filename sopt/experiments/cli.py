@@ -59,7 +59,7 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
     from sopt.config.files import read_config
     from sopt.config.overrides import apply_override, parse_override
     from sopt.config.schema import complete, defaults, merge, validate
-    from sopt.problems import problem_class
+    from sopt.experiments.problem import problem_class
 
     parsed = [parse_override(o) for o in overrides]   # grammar errors first, before the file is read
     data: dict[str, Any] = read_config(config_path) if config_path is not None else {}
@@ -160,7 +160,7 @@ def cmd_resume(argv: list[str]) -> int:
     from sopt.experiments import runner
     from sopt.config.files import read_config
     from sopt.config.schema import validate
-    from sopt.problems import problem_class
+    from sopt.experiments.problem import problem_class
     out = pathlib.Path(args.run_dir)
     try:
         rd.check_name(args.run_dir, "sopt resume")
@@ -187,10 +187,16 @@ def cmd_resume(argv: list[str]) -> int:
 
 
 def cmd_problems(argv: list[str]) -> int:
-    CommandParser(prog="sopt problems", description="List the problems sopt run knows.").parse_args(argv)
-    from sopt.problems import PROBLEMS
-    width = max(len(n) for n in PROBLEMS)
-    for name, (_, _, line) in PROBLEMS.items():
+    CommandParser(prog="sopt problems", description="List the problems sopt run knows: the built-in ones and those "
+                  "installed packages register (entry point group sopt.problems).").parse_args(argv)
+    from sopt.experiments.problem import problem_class, problem_names
+    names = problem_names()
+    width = max(len(n) for n in names)
+    for name in names:   # each description is its class's: this imports every problem (only this command does)
+        try:
+            line = problem_class(name).description
+        except ConfigError as exc:   # an installed package's problem that does not load: listed, with why
+            line = f"(does not load: {exc.lines[0]})"
         print(f"{name:<{width}}  {line}")
     return 0
 
@@ -201,18 +207,18 @@ def cmd_config(argv: list[str]) -> int:
     parser.add_argument("problem", metavar="PROBLEM")
     parser.add_argument("--json", action="store_true", help="plain JSON instead of documented TOML")
     args = parser.parse_args(argv)
-    from sopt.problems import PROBLEMS, problem_class
+    from sopt.experiments.problem import problem_class
     try:
         cls = problem_class(args.problem, "PROBLEM")
     except ConfigError as exc:
         return _fail(exc)
-    config = cls.schema()
+    config = cls.schema(problem=args.problem)   # a module:Class problem's config names it so
     if args.json:
         import json
         print(json.dumps(config.model_dump(mode="json"), indent=2))
     else:
         from sopt.config.document import document
-        header = (f"{cls.name}: {PROBLEMS[cls.name][2]}\nRun with: sopt run THIS_FILE [key=value ...]\n"
+        header = (f"{args.problem}: {cls.description}\nRun with: sopt run THIS_FILE [key=value ...]\n"
                   "Each key: its meaning [type; bounds]. Unset keys are commented out.")
         print(document(config, header), end="")
     return 0
@@ -266,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         # bridge, which no problem uses: marking torch unavailable keeps `sopt run` within a second of its first step
         sys.modules["torch"] = None  # type: ignore[assignment]
     return int(command[0](argv[1:]) or 0)
+
+
+def problem_module_main(package: str) -> NoReturn:
+    """``python -m sopt.problems.NAME [CONFIG] [overrides...] [--out DIR]``: exactly ``sopt run --problem NAME ...``
+    (NAME: the last part of ``package``, the problem's package; every problem's ``__main__`` calls this)."""
+    sys.exit(main(["run", "--problem", package.rpartition(".")[2], *sys.argv[1:]]))
 
 
 def entry_point() -> None:

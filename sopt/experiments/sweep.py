@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from sopt.config.files import read_config_file
 from sopt.config.schema import ConfigError
 from sopt.experiments.local_executor import LocalExecutor, TrialCommand
+from sopt.experiments.problem import SPEC
 from sopt.experiments.prune import make_pruner
 from sopt.experiments.run_dir import check_name
 from sopt.experiments.cli import CommandParser
@@ -167,7 +168,10 @@ def _read_config(path: pathlib.Path) -> tuple[str, dict[str, Any]]:
 
 
 def _problem_name(path: pathlib.Path, data: dict[str, Any]) -> str:
+    """The config's problem as a folder name (a module:Class problem's spec with '.' for ':')."""
     problem = data.get("problem")
+    if isinstance(problem, str) and SPEC.fullmatch(problem):
+        return problem.replace(":", ".")
     if not isinstance(problem, str) or not re.fullmatch(r"[A-Za-z0-9_]+", problem):
         raise _UsageError(f"CONFIG {path}: problem = {problem!r}: needs a top-level problem key naming the "
                           f"problem (sopt problems lists them)")

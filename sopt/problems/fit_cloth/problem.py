@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 import pathlib
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import slangpy as spy
@@ -67,12 +67,11 @@ import sopt
 from sopt.problems.fit_cloth.horizon_loss import HorizonLoss, horizon
 from sopt.problems.fit_cloth.smoothness import SpringSmoothness
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
-from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule, observation_steps
+from sopt.problems.fitting.config import AdamConfig, WarmupCosineConfig, observation_steps
 from sopt.problems.fitting.problem import Value
 from sopt.problems.limits import FLOAT, check_memory, rollout_states
 from sopt.sim import SpringSystem, rollout
 from sopt.tape import Tape
-from sopt.train import loss_scalar
 
 RANGES = {"stiffness": (50.0, 250.0), "damping": (0.02, 0.2)}
 PER_SPRING_STIFFNESS = (50.0, 120.0)   # N/m: the mean stiffness range documented for per_spring fits
@@ -99,17 +98,16 @@ class InitValues(StrictModel):
     damping: float = Field(0.06, ge=0.0, le=1e3, description="spring damping (N s/m)")
 
 
-class ClothConfig(FitConfig):
+class ClothConfig(FitConfig, problem="fit_cloth"):
     """fit_cloth's config: the shared keys (sopt.problems.fitting.FitConfig) and the cloth's."""
 
-    problem: Literal["fit_cloth"] = Field("fit_cloth", description="this problem")
 
     true: TrueValues = Field(default_factory=TrueValues, description="true parameters (make the observations)")
     init: InitValues = Field(default_factory=InitValues, description="initial guess")
     noise_std: float = Field(0.0, ge=0.0, le=10.0, description="std of the noise on each observed coordinate (m)")
     optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.1),   # type: ignore[assignment]
                                   description="optimiser, tiny-cuda-nn style")
-    schedule: WarmupCosineSchedule = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.001),  # type: ignore[assignment]
+    schedule: WarmupCosineConfig = Field(default_factory=lambda: WarmupCosineConfig(final_lr_factor=0.001),  # type: ignore[assignment]
                                            description="learning-rate schedule")
     steps: int = Field(150, ge=1, le=10_000_000, description="optimiser steps")
     nx: int = Field(8, ge=2, le=4096, description="particles per row")
@@ -204,9 +202,8 @@ def stiffness_field(springs: np.ndarray, nx: int, ny: int, mean: float, variatio
 class FitCloth(FittingProblem):
     """Stiffness (shared or per spring) and damping of a swinging cloth from its observed particle positions."""
 
-    name = "fit_cloth"
     schema = ClothConfig
-    description = "Fit a swinging cloth's spring stiffness (shared or per spring) and damping to observed positions."
+    description = "a falling cloth's stiffness and damping (or one stiffness per spring)"
 
     def __init__(self, config: ClothConfig) -> None:
         super().__init__(config)
@@ -267,14 +264,6 @@ class FitCloth(FittingProblem):
         """Observations the loss of optimiser step ``step`` sees (the curriculum of horizon_loss.py)."""
         cfg = self.config
         return horizon(step, cfg.steps, cfg.observations, cfg.horizon_start, cfg.horizon_ramp)
-
-    def evaluate(self) -> float:
-        """The loss at the fitted parameters over every observation (the whole horizon)."""
-        tape = Tape()
-        with tape:
-            loss = self(tape, self.config.steps)
-        tape.submit()
-        return loss_scalar(loss)
 
     def _read_terms(self) -> dict[str, float]:
         """The data term and the regulariser of the step just read (the Trainer calls it on metrics steps)."""

@@ -37,7 +37,7 @@ of its scale, and the optimiser's settings are dimensionless.
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import slangpy as spy
@@ -46,7 +46,7 @@ from pydantic import Field, model_validator
 import sopt
 from sopt import atomic_write
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
-from sopt.problems.fitting.config import (AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineSchedule,
+from sopt.problems.fitting.config import (AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineConfig,
                                          observation_steps)
 from sopt.problems.fitting.horizon import horizon_fraction
 from sopt.problems.fitting.problem import START_STREAM, Value, rel_error
@@ -86,17 +86,16 @@ class InitValues(StrictModel):
                          description="launch angle above the horizontal (degrees)")
 
 
-class ProjectileConfig(FitConfig):
+class ProjectileConfig(FitConfig, problem="fit_projectile"):
     """fit_projectile's config: the shared keys (sopt.problems.fitting.FitConfig) and the scene's."""
 
-    problem: Literal["fit_projectile"] = Field("fit_projectile", description="this problem")
 
     true: TrueValues = Field(default_factory=TrueValues, description="true parameters (make the observations)")
     init: InitValues = Field(default_factory=InitValues, description="initial guess")
     noise_std: float = Field(0.0, ge=0.0, le=10.0, description="std of the noise on each observed coordinate (m)")
     optimizer: OptimizerConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.1),
                                        description="optimiser, tiny-cuda-nn style (on the normalised parameters)")
-    schedule: ScheduleConfig = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),
+    schedule: ScheduleConfig = Field(default_factory=lambda: WarmupCosineConfig(final_lr_factor=0.01),
                                      description="learning-rate schedule")
     steps: int = Field(300, ge=1, le=10_000_000, description="optimiser steps")
     launch_height: float = Field(1.0, ge=0.0, le=100.0, description="height of the launch point (m)")
@@ -130,9 +129,8 @@ class ProjectileConfig(FitConfig):
 class FitProjectile(FittingProblem):
     """Drag, restitution, launch speed and angle of a bouncing ball from its observed positions."""
 
-    name = "fit_projectile"
     schema = ProjectileConfig
-    description = "Fit a bouncing ball's drag, restitution, launch speed and angle to its observed positions."
+    description = "a bouncing ball's drag, restitution, launch speed and angle from its positions"
 
     def __init__(self, config: ProjectileConfig) -> None:
         super().__init__(config)

@@ -1,21 +1,22 @@
-"""FittingProblem: what a physics-fitting problem provides to the shared runner (sopt.problems.fitting.runner).
+"""FittingProblem: what a physics-fitting problem provides to a run (sopt.experiments.runner, ``sopt run``): its
+optimiser and schedule, per-step parameter metrics, result.json and pictures.
 
-A problem subclasses :class:`FittingProblem`, names itself and its config schema, and in ``__init__`` builds its
-simulator, makes the observations from ``config.true`` (plus seeded noise, :meth:`add_noise`) and creates its
-trainable parameters from ``config.init`` with :meth:`add_parameter`. It implements :meth:`objective`; the
-runner does the rest (optimiser, schedule, Trainer, metrics, checkpoints, resume, result.json, the shared
+A problem subclasses :class:`FittingProblem`, sets its ``schema`` (declared with its name) and ``description``,
+and in ``__init__`` builds its simulator, makes the observations from ``config.true`` (plus seeded noise,
+:meth:`add_noise`) and creates its trainable parameters from ``config.init`` with :meth:`add_parameter`. It
+implements :meth:`objective`; the runner does the rest (optimiser, schedule, Trainer, metrics, checkpoints, resume, result.json, the shared
 pictures). Sketch::
 
     class Values(StrictModel):
         damping: float = Field(0.25, gt=0.0, le=2.0, description="damping rate (1/s)")
 
-    class PendulumConfig(FitConfig):
+    class PendulumConfig(FitConfig, problem="fit_pendulum"):
         true: Values = Field(default_factory=Values, description="true values (make the data)")
         init: Values = Field(default_factory=lambda: Values(damping=0.05), description="initial guess")
 
     class Pendulum(FittingProblem):
-        name = "fit_pendulum"
         schema = PendulumConfig
+        description = "a damped pendulum's damping rate from its swing"
 
         def __init__(self, config: PendulumConfig) -> None:
             super().__init__(config)
@@ -33,23 +34,29 @@ refreshes on the tape before calling :meth:`objective`.
 
 from __future__ import annotations
 
+import json
+import math
 import pathlib
 from typing import Any, ClassVar
 
 import numpy as np
 
+from sopt.config.registry import build
 from sopt.experiments.problem import Problem
+from sopt.experiments.run_dir import write_json
 from sopt.problems.fitting.config import FitConfig
+from sopt.problems.fitting.plot import plot_history
 from sopt.problems.fitting.scaled_parameter import ScaledParameter
 from sopt.parameter import Parameter
 from sopt.tape import Tape
-from sopt.train import loss_scalar
+from sopt.train import Callback, Trainer, loss_scalar
 
 # seed streams of FittingProblem.rng (the SeedSequence spawn key after config.seed)
 NOISE_STREAM = 0     # the observation noise
 START_STREAM = 1     # random initial guesses (a problem's multi-start)
 RESERVED_METRICS = ("step", "loss", "lr", "steps_per_s", "time_s", "skipped_steps")
 MAX_LOGGED_ELEMENTS = 64   # a parameter with more elements logs only its rel_error per metrics step
+RESULT_FILE, CURVES_FILE = "result.json", "curves.png"
 
 Value = float | np.ndarray
 
@@ -133,7 +140,6 @@ class FittingProblem(Problem):
     def trainer_parts(self) -> dict[str, Any]:
         """The objective (this problem), its parameters, the configured optimiser and schedule, and the callback
         adding :meth:`progress_metrics` to every metrics record (sopt.experiments.problem.Problem)."""
-        from sopt.problems.fitting.runner import ProblemMetrics, build_training
         params = self.parameters()
         optimizer, scheduler = build_training(self.config, list(params.values()))
         return {"objective": self, "optimizer": optimizer, "scheduler": scheduler, "parameters": params,
@@ -142,7 +148,6 @@ class FittingProblem(Problem):
     def finish(self, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
         """result.json (``true``, ``fitted``, ``rel_error``, ``loss`` at the fitted values, ``steps``), curves.png
         and the problem's own pictures; returns ``loss`` and ``rel_error/<name>`` for summary.json."""
-        from sopt.problems.fitting.runner import write_result
         result = write_result(self, run_dir, history)
         self.result = result
         return {"loss": result["loss"], **{f"rel_error/{k}": v for k, v in result["rel_error"].items()}}
@@ -190,3 +195,54 @@ class FittingProblem(Problem):
     def summary(self) -> list[str]:
         """Lines printed after the run (besides the runner's table of true, fitted and relative error)."""
         return []
+
+
+class ProblemMetrics(Callback):
+    """Adds the problem's :meth:`~FittingProblem.progress_metrics` (parameter values and errors) to every metrics
+    record, before the loggers and the checkpoint see it."""
+
+    order = 10
+
+    def __init__(self, problem: FittingProblem) -> None:
+        super().__init__(None)
+        self.problem = problem
+
+    def on_metrics(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
+        for key, value in self.problem.progress_metrics().items():
+            if key in RESERVED_METRICS:
+                raise ValueError(f"{type(self.problem).__name__}.progress_metrics: {key!r} is a Trainer metric")
+            metrics[key] = value
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy values as JSON numbers or (nested) lists; NaN/Inf as None (JSON has none)."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def build_training(config: FitConfig, params: list[Any]) -> tuple[Any, Any]:
+    """The optimiser over ``params`` and the learning-rate schedule that ``config`` names (sopt.config.registry)."""
+    optimizer = build("optimizer", config.optimizer, params)
+    return optimizer, build("schedule", config.schedule, optimizer, config.steps)
+
+
+def write_result(problem: FittingProblem, out: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """result.json, curves.png and the problem's pictures in ``out``; returns result.json's content."""
+    loss = problem.evaluate()
+    fitted, truth = problem.fitted(), problem.true_values()
+    result = {"true": truth, "fitted": fitted,
+              "rel_error": {name: rel_error(fitted[name], truth[name]) for name in truth if name in fitted},
+              "loss": loss, "steps": problem.config.steps}
+    write_json(out / RESULT_FILE, _jsonable(result))
+    plot_history(history, truth, problem.units(), out / CURVES_FILE, title=problem.name)
+    problem.plot(out, history)
+    return json.loads(json.dumps(_jsonable(result)))

@@ -1,5 +1,6 @@
-"""What a fitting problem adds to a run (sopt.experiments.runner): its optimiser and schedule, per-step parameter
-metrics, result.json and pictures; and ``run``/``resume`` for calling it from Python.
+"""``run``/``resume``: a fitting problem run from Python as ``sopt run``/``sopt resume`` run it
+(sopt.experiments.runner; what the problem adds to the run, its optimiser, schedule, per-step parameter metrics,
+result.json and pictures, is sopt.problems.fitting.problem's).
 
 ``run(Problem, config, out_dir)`` builds the problem, the optimiser and schedule of ``config`` and trains with
 :class:`sopt.train.Trainer` (what ``sopt run`` does), writing into ``out_dir`` (which must be new or empty:
@@ -24,25 +25,16 @@ never stopped, so its result.json is the same.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
 import pathlib
 from typing import Any, Iterable
 
-import numpy as np
-
-from sopt.config.registry import build
 from sopt.experiments import runner
-from sopt.experiments.run_dir import CONFIG_FILE, RunDirError, check_out_dir, claim_out_dir, write_json
+from sopt.experiments.run_dir import CONFIG_FILE, check_out_dir, claim_out_dir
 from sopt.experiments.runner import RunOutcome
 from sopt.problems.fitting.config import FitConfig, load_config
-from sopt.problems.fitting.plot import plot_history
-from sopt.problems.fitting.problem import RESERVED_METRICS, FittingProblem, rel_error
-from sopt.train import Callback, NonFiniteError, Trainer
-
-RESULT_FILE, CURVES_FILE = "result.json", "curves.png"
-OutputError = RunDirError   # the name this module used before sopt.experiments
+from sopt.problems.fitting.problem import FittingProblem
+from sopt.train import Callback, NonFiniteError
 
 
 @dataclasses.dataclass
@@ -56,57 +48,6 @@ class RunResult:
     steps: int
     seconds: float
     problem: FittingProblem
-
-
-class ProblemMetrics(Callback):
-    """Adds the problem's :meth:`~FittingProblem.progress_metrics` (parameter values and errors) to every metrics
-    record, before the loggers and the checkpoint see it."""
-
-    order = 10
-
-    def __init__(self, problem: FittingProblem) -> None:
-        super().__init__(None)
-        self.problem = problem
-
-    def on_metrics(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
-        for key, value in self.problem.progress_metrics().items():
-            if key in RESERVED_METRICS:
-                raise ValueError(f"{type(self.problem).__name__}.progress_metrics: {key!r} is a Trainer metric")
-            metrics[key] = value
-
-
-def _jsonable(value: Any) -> Any:
-    """numpy values as JSON numbers or (nested) lists; NaN/Inf as None (JSON has none)."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
-def build_training(config: FitConfig, params: list[Any]) -> tuple[Any, Any]:
-    """The optimiser over ``params`` and the learning-rate schedule that ``config`` names (sopt.config.registry)."""
-    optimizer = build("optimizer", config.optimizer, params)
-    return optimizer, build("schedule", config.schedule, optimizer, config.steps)
-
-
-def write_result(problem: FittingProblem, out: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, Any]:
-    """result.json, curves.png and the problem's pictures in ``out``; returns result.json's content."""
-    loss = problem.evaluate()
-    fitted, truth = problem.fitted(), problem.true_values()
-    result = {"true": truth, "fitted": fitted,
-              "rel_error": {name: rel_error(fitted[name], truth[name]) for name in truth if name in fitted},
-              "loss": loss, "steps": problem.config.steps}
-    write_json(out / RESULT_FILE, _jsonable(result))
-    plot_history(history, truth, problem.units(), out / CURVES_FILE, title=problem.name)
-    problem.plot(out, history)
-    return json.loads(json.dumps(_jsonable(result)))
 
 
 def _outcome(problem: FittingProblem, outcome: RunOutcome) -> RunResult:

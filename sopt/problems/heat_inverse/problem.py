@@ -52,7 +52,7 @@ from pydantic import Field, model_validator
 
 import sopt
 from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
-from sopt.problems.fitting.config import AdamConfig, WarmupCosineSchedule, observation_steps
+from sopt.problems.fitting.config import AdamConfig, WarmupCosineConfig, observation_steps
 from sopt.problems.fitting.problem import Value
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
@@ -159,17 +159,16 @@ class TotalVariation(StrictModel):
 Regularization = Annotated[Union[Tikhonov, TotalVariation], Field(discriminator="otype")]
 
 
-class HeatConfig(FitConfig):
+class HeatConfig(FitConfig, problem="heat_inverse"):
     """heat_inverse's config: the shared keys (sopt.problems.fitting.FitConfig) and the plate's."""
 
-    problem: Literal["heat_inverse"] = Field("heat_inverse", description="this problem")
 
     true: TrueField = Field(default_factory=TrueField, description="the true field (makes the observations)")
     init: InitField = Field(default_factory=InitField, description="initial guess")
     noise_std: float = Field(0.0, ge=0.0, le=100.0, description="std of the noise on each reading (K)")
     optimizer: AdamConfig = Field(default_factory=lambda: AdamConfig(learning_rate=0.2),   # type: ignore[assignment]
                                   description="optimiser, tiny-cuda-nn style")
-    schedule: WarmupCosineSchedule = Field(default_factory=lambda: WarmupCosineSchedule(final_lr_factor=0.01),  # type: ignore[assignment]
+    schedule: WarmupCosineConfig = Field(default_factory=lambda: WarmupCosineConfig(final_lr_factor=0.01),  # type: ignore[assignment]
                                            description="learning-rate schedule")
     steps: int = Field(150, ge=1, le=10_000_000, description="optimiser steps")
     grid: int = Field(24, ge=8, le=4096, description="cells per plate side")
@@ -244,9 +243,8 @@ def checkerboard(grid: int, blocks: int, amplitude: float) -> np.ndarray:
 class HeatInverse(FittingProblem):
     """The conductivity field of a plate from the temperatures of a grid of sensors."""
 
-    name = "heat_inverse"
     schema = HeatConfig
-    description = "Recover a plate's conductivity field (an inclusion) from sensor temperatures over time."
+    description = "a plate's conductivity field from sensor temperatures"
 
     def __init__(self, config: HeatConfig) -> None:
         super().__init__(config)

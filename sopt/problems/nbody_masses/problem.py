@@ -20,7 +20,7 @@ Pictures: ``orbits.png`` (observed positions as dots, the fitted and the initial
 from __future__ import annotations
 
 import pathlib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import slangpy as spy
@@ -60,10 +60,9 @@ class InitMasses(StrictModel):
                                             "as many as true.masses")
 
 
-class NBodyMassesConfig(FitConfig):
+class NBodyMassesConfig(FitConfig, problem="nbody_masses"):
     """Config of nbody_masses (every key checked; units: natural, G = 1)."""
 
-    problem: Literal["nbody_masses"] = Field("nbody_masses", description="this problem")
 
     true: TrueMasses = Field(default_factory=TrueMasses, description="the true masses (make the data)")
     init: InitMasses = Field(default_factory=InitMasses, description="the initial guess")
@@ -135,9 +134,8 @@ def ring_layout(n: int) -> tuple[np.ndarray, np.ndarray]:
 class NBodyMasses(FittingProblem):
     """Fit the masses of an N-body cluster (see the module docstring)."""
 
-    name = "nbody_masses"
     schema = NBodyMassesConfig
-    description = "Recover the masses of a gravitating cluster (NBody, leapfrog) from observed positions."
+    description = "the masses of an orbiting cluster from its trajectories"
 
     def __init__(self, config: NBodyMassesConfig) -> None:
         super().__init__(config)

@@ -19,7 +19,7 @@ the loss is negative).
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -38,10 +38,9 @@ GROUND = 0.1          # m: the ground's height, where the robot's feet start
 FRAMES = 8            # frames of each walk in gait.png
 
 
-class NeuralControllerConfig(FitConfig):
+class NeuralControllerConfig(FitConfig, problem="neural_controller"):
     """Config of neural_controller (every key checked; SI units)."""
 
-    problem: Literal["neural_controller"] = Field("neural_controller", description="this problem")
 
     noise_std: float = Field(0.0, ge=0.0, le=0.0, description="no observations here: must be 0")
     episode_steps: int = Field(150, ge=10, le=100_000, description="simulator steps of one walk, T (steps)")
@@ -86,9 +85,8 @@ class NeuralControllerConfig(FitConfig):
 class NeuralControllerProblem(FittingProblem):
     """Train the walking controller (see the module docstring)."""
 
-    name = "neural_controller"
     schema = NeuralControllerConfig
-    description = "Train an MLP controller that makes a 2D mass-spring robot walk (DiffTaichi's mass_spring)."
+    description = "an MLP drives a mass-spring robot's springs to walk (layers and simulator on one tape)"
 
     def __init__(self, config: NeuralControllerConfig) -> None:
         super().__init__(config)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from sopt.config.registry import union
-from sopt.config.schema import defaults, merge, read_json_file, validate
-from sopt.experiments.problem import ProblemConfig
+from sopt.config.schema import defaults
+from sopt.experiments.problem import ProblemConfig, load_config as load_problem_config
 from sopt.losses import L2Config
 from sopt.nn import FrequencyConfig, MLPConfig
 from sopt.nn.fully_fused_mlp import MAX_WIDTH
@@ -35,12 +35,11 @@ MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch ten
 IN_FEATURES, OUT_FEATURES = 2, 3   # (x, y) -> RGB
 
 
-class NeuralFieldImageConfig(ProblemConfig):
+class NeuralFieldImageConfig(ProblemConfig, problem="neural_field_image"):
     """Fit an RGB image with an encoding + network: pixel-centre coordinates (x, y) in (0, 1)^2 -> colour, trained
     on random batches of pixels. Sized for Mesa's software Vulkan driver: the defaults (a 64x64 image, 800 steps)
     take about 30 s there and reach about 36.7 dB on the generated image."""
 
-    problem: Literal["neural_field_image"] = Field("neural_field_image", description="the problem this config runs")
     steps: int = Field(800, ge=1, le=10_000_000, description="optimiser steps")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights' initialisation and of the batches")
     log_every: int = Field(25, ge=1, le=10_000_000, description="steps between metrics records (each waits for "
@@ -160,10 +159,6 @@ DEFAULT_CONFIG: dict[str, Any] = defaults(NeuralFieldImageConfig)
 
 
 def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> NeuralFieldImageConfig:
-    """The defaults, with the JSON file at ``path`` and then ``overrides`` (top-level keys; None values skipped,
-    sections given as dicts) merged over them, validated: ConfigError (one line per problem)."""
-    data = defaults(NeuralFieldImageConfig)
-    if path is not None:
-        data = merge(data, read_json_file(path))
-    data = merge(data, {k: v for k, v in overrides.items() if v is not None})
-    return validate(NeuralFieldImageConfig, data)
+    """The defaults, with the TOML or JSON file at ``path`` and then ``overrides`` (top-level keys; None values
+    skipped, sections given as dicts) merged over them, validated: ConfigError (one line per problem)."""
+    return load_problem_config(NeuralFieldImageConfig, path, {k: v for k, v in overrides.items() if v is not None})

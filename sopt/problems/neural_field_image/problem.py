@@ -31,9 +31,8 @@ class NeuralFieldImage(Problem):
     otherwise ``config.image`` is loaded (downscaled to ``image_size``) or the test image generated.
     """
 
-    name = "neural_field_image"
     schema = NeuralFieldImageConfig
-    description = "an RGB image as a neural field: an encoding + MLP from pixel coordinates to colour"
+    description = "an RGB image as a neural field (encoding + MLP), PSNR against the image"
 
     def __init__(self, config: NeuralFieldImageConfig, image: np.ndarray | None = None) -> None:
         super().__init__(config)
