@@ -16,14 +16,21 @@ from sopt.config.schema import ConfigError, defaults, merge, validate
 from sopt.data import generated_image, psnr
 from sopt.experiments.problem import Problem
 from sopt.problems.neural_field_image import NeuralFieldImage, NeuralFieldImageConfig, load_config
-from sopt.problems.neural_field_image.__main__ import main
+from sopt.experiments.cli import main as sopt_main
 from sopt.problems.neural_field_image.plot import plot_curves
 from sopt.train import EarlyStopping, Evaluate, Trainer
+
+
+
+def main(argv: list[str]) -> int:
+    """``python -m sopt.problems.neural_field_image ARGV``: ``sopt run --problem neural_field_image ARGV``."""
+    return sopt_main(["run", "--problem", "neural_field_image", *argv])
+
 
 # the layer sizes of tests/train/test_fit_image.py: its kernels are compiled once
 SMALL = {"image_size": 32, "encoding": {"n_frequencies": 4}, "network": {"n_neurons": 32}, "batch_size": 512}
 
-MALFORMED = [   # (config file text or None, extra argv, the one line expected on stderr)
+MALFORMED = [   # (config file text or None, extra overrides, the one line expected on stderr)
     ('{"optimizer": {"learning_rate": "0.01"}}', [],
      "error: config optimizer.learning_rate = '0.01': must be a valid number"),
     ('{"network": {"n_neurons": 0}}', [], "error: config network.n_neurons = 0: must be greater than or equal to 1"),
@@ -35,7 +42,7 @@ MALFORMED = [   # (config file text or None, extra argv, the one line expected o
     ('{"image_size": 30000}', [], "error: config image_size = 30000: must be less than or equal to 4096"),
     ('{"batch_size": 1099511627776}', [],
      "error: config batch_size = 1099511627776: must be less than or equal to 16777216"),
-    (None, ["--image", ""], "error: config image = '': string should have at least 1 character"),
+    (None, ['image=""'], "error: config image = '': string should have at least 1 character"),
     ('{"image": ""}', [], "error: config image = '': string should have at least 1 character"),
     ('{"optimizer": {"otype": "Adamm"}}', [], "error: config optimizer.otype: otype 'Adamm'; did you mean 'Adam'?"),
     ('{"encoding": {"n_frequncies": 4}}', [],
@@ -66,7 +73,7 @@ def test_a_malformed_input_is_one_line_naming_the_key_before_any_gpu_work(text: 
     monkeypatch.setattr(sopt, "get_device", no_gpu)
     if text is not None:
         (tmp_path / "config.json").write_text(text, encoding="utf-8")
-        argv = ["--config", str(tmp_path / "config.json"), *argv]
+        argv = [str(tmp_path / "config.json"), *argv]
     out = tmp_path / "out"
     assert main([*argv, "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -77,7 +84,7 @@ def test_a_malformed_input_is_one_line_naming_the_key_before_any_gpu_work(text: 
 def test_a_bad_out_folder_is_one_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
     file = tmp_path / "file.txt"
     file.write_text("x")
-    for out, line in (("", "error: --out '' names no folder"),
+    for out, line in (("", "error: --out '' is empty; name a new folder"),
                       (str(file / "run"), f"error: --out {str(file / 'run')!r}: {str(file)!r} is a file")):
         assert main(["--out", out, "--no-progress"]) == 2
         assert capsys.readouterr().err.startswith(line)

@@ -9,8 +9,9 @@ import pytest
 from PIL import Image
 
 import sopt
+from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, validate
-from sopt.problems.neural_field_image.__main__ import main
+from sopt.experiments.cli import main as sopt_main
 from sopt.problems.neural_field_image.build import build_model
 from sopt.problems.neural_field_image.config import DEFAULT_CONFIG, NeuralFieldImageConfig, load_config
 from sopt import device as dev
@@ -52,6 +53,11 @@ def test_mlp_fit_reaches_a_psnr_a_broken_gradient_cannot(monkeypatch: pytest.Mon
         assert np.all(p.grad_numpy() == 0.0), p.name
 
 
+def main(argv: list[str]) -> int:
+    """``python -m sopt.problems.neural_field_image ARGV``: ``sopt run --problem neural_field_image ARGV``."""
+    return sopt_main(["run", "--problem", "neural_field_image", *argv])
+
+
 def _small_config(tmp_path, **extra) -> str:
     config = {"image_size": SIZE, "encoding": {"n_frequencies": 4}, "network": {"n_neurons": 32},
               "steps": 120, "batch_size": 512, "eval_every": 40, "log_every": 20, "checkpoint_every": 60, **extra}
@@ -62,7 +68,7 @@ def _small_config(tmp_path, **extra) -> str:
 
 def test_problem_cli_writes_reconstruction_curves_metrics_and_checkpoint(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    assert main(["--config", _small_config(tmp_path), "--steps", "300", "--out", str(out), "--no-progress"]) == 0
+    assert main([_small_config(tmp_path), "steps=300", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     final = float(printed.split("final PSNR: ")[1].split(" dB")[0])
     # 300 steps of the net above: 29.0 dB with seed 0 (26.0-28.2 with seeds 1-3); a broken gradient stays
@@ -75,7 +81,7 @@ def test_problem_cli_writes_reconstruction_curves_metrics_and_checkpoint(tmp_pat
     assert [r["step"] for r in records if "psnr" in r] == [40, 80, 120, 160, 200, 240, 280, 300]
     assert records[-2]["psnr"] == pytest.approx(final, abs=0.005)
     assert records[-1]["event"] == "end" and records[-1]["reason"] == "completed"
-    used = json.loads((out / "config.json").read_text())
+    used = read_config(out / "config.toml")
     assert used["steps"] == 300 and used["network"]["n_hidden_layers"] == DEFAULT_CONFIG["network"]["n_hidden_layers"]
     model = build_model(validate(NeuralFieldImageConfig, used))
     extra = sopt.load(out / "checkpoint.npz", parameters=model)
@@ -86,20 +92,21 @@ def test_problem_cli_writes_reconstruction_curves_metrics_and_checkpoint(tmp_pat
 
 def test_problem_early_stops_on_target_psnr(tmp_path, capsys) -> None:
     config = _small_config(tmp_path, target_psnr=20.0, steps=400)
-    assert main(["--config", config, "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert main([config, "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "stopped: early stop: psnr = " in printed and "after 400 steps" not in printed
+    end = [r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) if "event" in r]
+    assert end[-1]["reason"].startswith("early stop: psnr = ") and "finished 400 steps" not in printed
 
 
 def test_problem_cli_rejects_bad_input(tmp_path, capsys) -> None:
     missing = str(tmp_path / "missing.png")
-    assert main(["--image", missing, "--out", str(tmp_path)]) == 2
+    assert main([f"image={json.dumps(missing)}", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: config image = '") and err.count("\n") == 1
     assert ": value error, does not exist; expected a PNG/JPEG/... file" in err
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"network": {"n_neurons": 32, "width": 3}}))
-    assert main(["--config", str(bad), "--out", str(tmp_path)]) == 2
+    assert main([str(bad), "--out", str(tmp_path / "run")]) == 2
     assert capsys.readouterr().err.startswith("error: config network.width = 3: unknown key allowed: activation, ")
     with pytest.raises(ConfigError, match=r"^config lr = 0.1: unknown key"):
         load_config(lr=0.1)

@@ -1,6 +1,7 @@
 """fit_projectile: a bouncing ball's drag, restitution, launch speed and angle recovered from its observed
-positions (see problem.py and README.md). Run ``python -m sopt.problems.fit_projectile [--config FILE] [--steps N]
-[--out DIR] [--resume DIR]`` from the repository root."""
+positions (see problem.py and README.md).
+Run ``sopt run --problem fit_projectile [CONFIG] [overrides...]``
+(or ``python -m sopt.problems.fit_projectile ...``, the same command)."""
 
 from sopt.problems.fit_projectile.problem import FitProjectile, ProjectileConfig
 

@@ -1,6 +1,7 @@
 """neural_controller: an MLP trained through a mass-spring simulator to make a 2D robot walk (see problem.py).
 
-Run ``python -m sopt.problems.neural_controller [--config FILE] [--steps N] [--out DIR] [--resume DIR]``.
+Run ``sopt run --problem neural_controller [CONFIG] [overrides...]``
+(or ``python -m sopt.problems.neural_controller ...``, the same command).
 """
 
 from sopt.problems.neural_controller.controller import NeuralController, walk_loss

@@ -1,9 +1,7 @@
-"""``python -m sopt.problems.neural_controller [CONFIG] [overrides...] [--out DIR]``: the same as
-``sopt run --problem neural_controller ...`` (see sopt.experiments.cli)."""
+"""``python -m sopt.problems.<this package> [CONFIG] [overrides...] [--out DIR]``: the same command as
+``sopt run --problem <this package> ...`` (sopt.experiments.cli)."""
 
-import sys
-
-from sopt.experiments.cli import main
+from sopt.experiments.cli import problem_module_main
 
 if __name__ == "__main__":
-    sys.exit(main(["run", "--problem", "neural_controller", *sys.argv[1:]]))
+    problem_module_main(__package__)

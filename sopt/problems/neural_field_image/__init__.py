@@ -2,9 +2,9 @@
 trained with sopt.train on random pixels drawn on the GPU.
 
 :class:`NeuralFieldImage` is the problem ``sopt run`` drives (schema :class:`NeuralFieldImageConfig`, every key
-documented, tiny-cuda-nn's layout); :func:`fit_image` trains it on an image array in this process, and
-``python -m sopt.problems.neural_field_image [--image PATH] [--config FILE] [--steps N] [--out DIR]`` from the
-command line (without ``--image`` it fits a procedurally generated 64x64 test image).
+documented, tiny-cuda-nn's layout); :func:`fit_image` trains it on an image array in this process. From the
+command line: ``sopt run --problem neural_field_image [image=PATH] [steps=N] [--out DIR]`` (or ``python -m
+sopt.problems.neural_field_image ...``, the same command); without ``image`` it fits a generated 64x64 image.
 """
 
 from sopt.problems.neural_field_image.config import DEFAULT_CONFIG, NeuralFieldImageConfig, load_config
