@@ -571,3 +571,13 @@ def record(name: str, forward: Callable[[spy.CommandEncoder], None],
     encoder = dev.get_device().create_command_encoder()
     forward(encoder)
     dev.submit(encoder)
+
+
+def loss_scalar(loss: Any) -> float:
+    """The value of an objective's loss (waits for the GPU): ``item()`` of a loss value, the sum of an array's
+    elements, the sum over a list. (Here, below nn and train, so that both read a loss the same way.)"""
+    if isinstance(loss, (list, tuple)):
+        return float(sum(loss_scalar(item) for item in loss))
+    if isinstance(loss, spy.Tensor):
+        return float(np.sum(loss.to_numpy().astype(np.float64)))
+    return float(loss.item())

@@ -190,8 +190,7 @@ def gradcheck_objective(objective: Callable[..., Any], params: Any, eps: float =
     gradients are restored afterwards. Waits for the GPU.
     """
     from sopt.parameter import parameters_of
-    from sopt.tape import Tape
-    from sopt.train.trainer import loss_scalar
+    from sopt.tape import Tape, loss_scalar
     eps = check_float(eps, "eps", low=0.0, low_inclusive=False)
     atol = check_float(atol, "atol", low=0.0)
     rtol = check_float(rtol, "rtol", low=0.0)

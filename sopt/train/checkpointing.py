@@ -35,7 +35,7 @@ class Checkpoint(Callback):
         for p in parameters_of(trainer.parameters):
             values = p.numpy()
             if not np.isfinite(values).all():
-                raise trainer._nonfinite(f"parameter {p.name!r} holds {int((~np.isfinite(values)).sum())} "
+                raise trainer.nonfinite_error(f"parameter {p.name!r} holds {int((~np.isfinite(values)).sum())} "
                                          "non-finite value(s); the checkpoint was not written")
         checkpoint.save(self.path, parameters=trainer.parameters, optimizer=trainer.optimizer,
                         scheduler=trainer.scheduler, extra={"step": trainer.step, "metrics": dict(metrics)})

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from sopt import checkpoint
 from sopt.nn.module import Module
 from sopt.parameter import parameters_of
-from sopt.tape import Tape
+from sopt.tape import Tape, loss_scalar
 from sopt.train.callback import Callback
 from sopt.train.checkpointing import Checkpoint
 from sopt.validation import check_bool, check_int
@@ -145,16 +145,6 @@ class SupervisedObjective:
         if not tape.is_seed(value):   # a loss of the plain contract: it wrote dLoss/dpred in the encoder
             tape.seed_loss(value, pred)
         return value
-
-
-def loss_scalar(loss: Any) -> float:
-    """The value of an objective's loss (waits for the GPU): ``item()`` of a loss value, the sum of an array's
-    elements, the sum over a list."""
-    if isinstance(loss, (list, tuple)):
-        return float(sum(loss_scalar(item) for item in loss))
-    if isinstance(loss, spy.Tensor):
-        return float(np.sum(loss.to_numpy().astype(np.float64)))
-    return float(loss.item())
 
 
 def _metric_value(value: Any) -> Any:
@@ -281,7 +271,9 @@ class Trainer:
         return final or step % self.log_every == 0 or any(cb.every is not None and step % cb.every == 0
                                                            for cb in self.callbacks)
 
-    def _nonfinite(self, what: str) -> NonFiniteError:
+    def nonfinite_error(self, what: str) -> NonFiniteError:
+        """The NonFiniteError that stops training because of ``what`` (raised by the Trainer and by callbacks that
+        find a non-finite value): the message says where the loss was last finite and which checkpoint is kept."""
         if self._last_finite is not None:
             k, value = self._last_finite
             history = f"; the loss was last read finite ({value:.6g}) at step {k}, so it diverged in steps {k + 1}..{self.step}"
@@ -302,7 +294,7 @@ class Trainer:
         loss = loss_scalar(loss_value)  # waits for the GPU
         now = time.perf_counter()
         if not math.isfinite(loss):
-            raise self._nonfinite(f"the loss is {loss}")
+            raise self.nonfinite_error(f"the loss is {loss}")
         self._last_finite = (self.step, loss)
         metrics: dict[str, Any] = {"step": self.step, "loss": loss}
         for name, value in self.tape.metrics.items():   # e.g. a rollout's gradient norms
@@ -321,7 +313,7 @@ class Trainer:
         # metrics step later, or never after the last step
         spoiled = int(getattr(self.optimizer, "nonfinite_results", 0))
         if spoiled:
-            raise self._nonfinite(f"{spoiled} optimiser step(s) wrote NaN or Inf into the parameters or optimiser state")
+            raise self.nonfinite_error(f"{spoiled} optimiser step(s) wrote NaN or Inf into the parameters or optimiser state")
         steps, t0 = since
         metrics["steps_per_s"] = (self.step - steps) / max(now - t0, 1e-9)
         metrics["time_s"] = now - start
