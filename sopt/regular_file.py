@@ -98,6 +98,8 @@ def file_problem(path: str | os.PathLike[str]) -> str | None:
         return "does not exist"
     except OSError as exc:
         return f"cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISDIR(mode):
+        return "is a folder"
     if not stat.S_ISREG(mode):
         return f"is {KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file"
     return None

@@ -18,8 +18,10 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any use of the device fails the test: the ValueError must come first."""
     def refuse() -> None:
         raise AssertionError("GPU work started before the input was checked")
-    monkeypatch.setattr(dev, "get_device", refuse)
+    # sopt first: sopt.get_device resolves lazily from sopt.device, so patching that first would make the
+    # patched function the value restored afterwards (every later test in the process then "started GPU work")
     monkeypatch.setattr(sopt, "get_device", refuse)
+    monkeypatch.setattr(dev, "get_device", refuse)
 
 
 def test_image_path_that_does_not_exist(tmp_path, no_gpu) -> None:
