@@ -39,6 +39,7 @@ from pydantic import Field, model_validator
 
 from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, StrictModel, defaults, merge, validate
+from sopt.validation import float32_problem
 
 ENTRY_POINT_GROUP = "sopt.problems"
 
@@ -95,6 +96,23 @@ class ProblemConfig(StrictModel):
         if name is not None and self.problem != name and not SPEC.fullmatch(self.problem):
             raise ValueError(f"problem = {self.problem!r} is not this config's problem; allowed: {name!r} or "
                              "module:Class")
+        return self
+
+    @model_validator(mode="after")
+    def _scheduled_lrs_in_float32(self) -> "ProblemConfig":
+        # each lr a schedule reaches as a fixed factor of the learning rate (WarmupCosine's final_lr_factor and
+        # warmup_start_factor, Constant's factor) must mean what it says in float32, as the lr itself must: the
+        # scheduler would refuse it too, but only once training is being set up, after the run folder exists
+        lr = getattr(getattr(self, "optimizer", None), "learning_rate", None)
+        schedule = getattr(self, "schedule", None)
+        if not isinstance(lr, float) or schedule is None:
+            return self
+        for key, factor in schedule:
+            if key.endswith("factor") and isinstance(factor, float):
+                problem = float32_problem(lr * factor, "learning_rate * factor")
+                if problem is not None:
+                    raise ValueError(f"schedule.{key} = {factor:g} with optimizer.learning_rate = {lr:g} gives "
+                                     f"the lr {lr * factor:g}: {problem}")
         return self
 
 

@@ -38,6 +38,10 @@ FLOAT32_CASES: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
      ["config optimizer.alpha = 1e-40: " + SUBNORMAL]),
     ("schedule_final_lr_factor", {}, [*FIT, "schedule.final_lr_factor=1e-50"],
      ["config schedule.final_lr_factor = 1e-50: " + ZERO]),
+    # each factor and the lr are normal floats, their product (the schedule's final lr) is not
+    ("schedule_final_lr_below_float32", {}, [*FIT, "optimizer.learning_rate=1e-30", "schedule.final_lr_factor=1e-10"],
+     ["config: schedule.final_lr_factor = 1e-10 with optimizer.learning_rate = 1e-30 gives the lr 1e-40: float32 "
+      "stores it as the subnormal"]),
     ("schedule_warmup_start_factor", {}, [*FIT, "schedule.warmup_steps=1", "schedule.warmup_start_factor=1e-42"],
      ["config schedule.warmup_start_factor = 1e-42: " + SUBNORMAL]),
     ("exponential_gamma", {}, [*FIT, "schedule.otype=Exponential", "schedule.gamma=1e-50"],
