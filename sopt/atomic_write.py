@@ -10,8 +10,9 @@ the bytes to any file its owner can write); and on any failure (a full disk, an 
 figure, KeyboardInterrupt) the temporary file is removed and the target is left as it was. Temporary files that a
 ``kill -9`` left behind are removed by the next successful write of the same name.
 
-:func:`append_text` appends in place (a log that must survive ``kill -9`` line by line cannot be rewritten whole
-at every line) and refuses a link at the name with ``O_NOFOLLOW``.
+:func:`append_text` and :func:`open_append` append in place (a log that must survive ``kill -9`` line by line cannot
+be rewritten whole at every line, and a trial's output is appended to as it runs) and refuse a link at the name with
+``O_NOFOLLOW``.
 
 Only the last component of a path is guarded: a folder that is itself a link (a run folder the user linked
 elsewhere) is used as it is.
