@@ -68,4 +68,16 @@ class LossValue:
         return self.item()
 
     def __repr__(self) -> str:
-        return f"LossValue({self._what}, evaluation {self._serial})"
+        """``LossValue(0.0123, MSELoss)``: the number, read from the GPU, so that printing a loss shows it.
+
+        A value that can no longer be read (its slot reused, or a non-finite target) says why instead of raising,
+        so a repr never fails inside a debugger or a log line.
+        """
+        try:
+            return f"LossValue({self.item()!r}, {self._what})"
+        except (RuntimeError, ValueError) as e:
+            return f"LossValue({self._what}, evaluation {self._serial}: unreadable: {e})"
+
+    def __format__(self, spec: str) -> str:
+        """``f"{loss:.4f}"`` formats the float (the GPU is waited for); an empty spec gives the repr."""
+        return format(self.item(), spec) if spec else repr(self)
