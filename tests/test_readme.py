@@ -45,3 +45,24 @@ def test_the_tour_runs_and_recovers_its_parameters(tmp_path: pathlib.Path) -> No
     assert 0.0015 < loss < 0.0035, out          # the noise variance is 0.0025
     assert re.search(r"^step 0: loss \d+\.\d{5}$", out, re.M), out   # f"{loss:.5f}" formats the float
     assert (tmp_path / "wave.ckpt").is_file()
+
+
+def test_an_installed_copy_records_the_commit_it_was_built_from(tmp_path: pathlib.Path) -> None:
+    """env.json's git_commit (README: run directories record the git commit) is filled in for `pip install .` too:
+    the build hook writes the checkout's commit into the wheel's sopt/_build_info.py; run from the checkout, git is
+    asked. Before, an installed copy (no .git beside it) always recorded null."""
+    head = [subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()]
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--target", str(tmp_path / "site"), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    head.append(subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    code = ("import sopt; from sopt.experiments.run_dir import environment; "
+            "print(sopt.__file__); print(environment()['git_commit'])")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    where, commit = out.stdout.split()
+    assert pathlib.Path(where).is_relative_to(tmp_path / "site"), where   # the installed copy, not the checkout
+    assert commit.removesuffix("+dirty") in head, (commit, head)
+    from sopt.experiments.run_dir import environment
+    assert environment()["git_commit"].removesuffix("+dirty") in head   # this checkout: asked of git

@@ -19,7 +19,6 @@ import os
 import pathlib
 import platform
 import socket
-import subprocess
 import sys
 import threading
 from typing import Any
@@ -171,19 +170,10 @@ class RunLock:
 
 
 def _git_commit() -> str | None:
-    """The commit of the sopt source tree when it is a git checkout (None for an installed wheel)."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    """The commit sopt runs from: asked of git in a source checkout, else the one recorded when it was installed
+    (``sopt._build_info``, written by ``pip install .`` from a checkout; None for a copy built without git)."""
+    from sopt import _build_info
+    return _build_info.git_commit(pathlib.Path(__file__).resolve().parents[2]) or _build_info.GIT_COMMIT
 
 
 def environment(device: Any = None) -> dict[str, Any]:
