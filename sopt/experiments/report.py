@@ -7,7 +7,10 @@ table (:mod:`sopt.experiments.report_table`) is printed and written, with the pl
     <out>/report.md               the table (best run in bold) and the plots
     <out>/report.csv              the table, numbers in full, a `best` column
     <out>/curves.png              the metric (or loss) against the step, every run
-    <out>/metric_vs_<key>.png     the final metric against each numeric key that differs (or is swept)
+    <out>/metric_vs_<key>.png     the metric that ranks against each numeric key that differs (or is swept)
+
+One metric ranks the runs, marks the best, and is drawn: the chosen metric's last value in metrics.jsonl (where
+its curve ends) when the runs log it, else its final value (:mod:`sopt.experiments.report_table`).
     <out>/tensorboard/<run>/      event files (--tensorboard)
 
 The output folder is ``--out``, else ``<DIR>/report`` for one sweep or folder, else ``./report``. It is never
@@ -139,20 +142,22 @@ def write_plots(table: ReportTable, out: pathlib.Path) -> list[pathlib.Path]:
             break
     for key in plotted_keys(table):
         others = [k for k in table.keys if k != key]
-        figure = report_plots.metric_vs_key_figure(table.runs, key, table.metric, others, table.best)
+        figure = report_plots.metric_vs_key_figure(table.runs, key, table.metric, others, table.best,
+                                                   value=table.value,
+                                                   label=table.metric_label if table.split else None)
         written.append(report_plots.save(figure, out / report_plots.plot_file_name(key)))
     return written
 
 
 def plotted_keys(table: ReportTable) -> list[str]:
     """The keys worth a metric-vs-key plot: those that differ (or are swept) with at least two distinct numbers
-    among the runs with a result (not failed or pending) and a finite final metric."""
+    among the runs with a result (not failed or pending) and a finite value of the metric that ranks."""
     from sopt.experiments.report_plots import NOT_RESULTS, is_numeric_value
 
     keys = []
     for key in table.keys:
         results = [run for run in table.runs if run.status not in NOT_RESULTS
-                   and is_numeric_value(run.metrics.get(table.metric))]
+                   and is_numeric_value(table.value(run))]
         values = [run.value(key) for run in results]
         numbers = {float(v) for v in values if is_numeric_value(v)}
         if len(numbers) >= 2 and all(is_numeric_value(v) or v is None for v in values):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import pathlib
 import re
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from sopt import atomic_write
 from sopt.experiments.run_records import RunRecord, format_key_value
@@ -25,6 +25,13 @@ LOG_SPAN = 100.0
 # trial has none): left out of metric-vs-key plots, as they are never the best run.
 NOT_RESULTS = ("failed", "pending")
 FIGSIZE = (7.0, 4.5)   # inches, at 100 dpi: 700 x 450 pixels
+
+
+def legend_beside(axes: Any, count: int) -> Any:
+    """The axes' legend to the right of them, outside the data (the constrained layout narrows the axes to make
+    room), smaller and in two columns when there are many entries; returns it."""
+    return axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                       fontsize="small" if count <= 8 else "x-small", ncol=1 if count <= 12 else 2)
 
 
 def _new_figure() -> "Figure":
@@ -66,7 +73,8 @@ def curves_figure(runs: Sequence[RunRecord], metric: str, keys: Sequence[str],
     """``metric`` against the step for every run with it in metrics.jsonl, overlaid: one line per run (in
     ``runs``' order, runs without the metric skipped), labelled by its values of ``keys`` (the keys that differ), a
     run not finished marked ``[status]``; the best run drawn thicker, runs of one or two points with markers.
-    y is logarithmic when every value is positive and they span > 2 decades.
+    y is logarithmic when every value is positive and they span > 2 decades. The legend sits beside the axes,
+    never over a curve.
     """
     figure = _new_figure()
     axes = figure.add_subplot()
@@ -88,43 +96,49 @@ def curves_figure(runs: Sequence[RunRecord], metric: str, keys: Sequence[str],
     axes.set_title(f"{metric} per step")
     axes.grid(True, alpha=0.3)
     if axes.lines:
-        axes.legend(fontsize="small" if len(axes.lines) <= 8 else "x-small",
-                    ncol=1 if len(axes.lines) <= 12 else 2)
+        legend_beside(axes, len(axes.lines))
     return figure
 
 
 def metric_vs_key_figure(runs: Sequence[RunRecord], key: str, metric: str, other_keys: Sequence[str] = (),
-                         best: RunRecord | None = None) -> "Figure":
+                         best: RunRecord | None = None,
+                         value: Callable[[RunRecord], float | None] | None = None,
+                         label: str | None = None) -> "Figure":
     """The final ``metric`` against the numeric config key ``key``: runs with a number for both (failed and
     pending runs left out), one line per combination of ``other_keys``' values (e.g. per batch size when
     plotting against the learning rate), points sorted by ``key``. The best run is marked by a star (a line
     labelled ``best: <name>``). x (y) is logarithmic when its values are all positive and span > 2 decades.
+    ``value``: a run's y (default: its final ``metric``; the report passes the value that ranks, so the star is
+    the lowest or highest point); ``label``: the metric's name on the axis and title (default ``final <metric>``).
     """
+    value = value or (lambda run: run.metrics.get(metric))
+    label = label or f"final {metric}"
     figure = _new_figure()
     axes = figure.add_subplot()
     groups: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
-        x, y = run.value(key), run.metrics.get(metric)
+        x, y = run.value(key), value(run)
         if run.status in NOT_RESULTS or not is_numeric_value(x) or y is None or not math.isfinite(y):
             continue
-        label = run_label(run, other_keys) if other_keys else metric
-        groups.setdefault(label, []).append((float(x), y))
+        group = run_label(run, other_keys) if other_keys else metric
+        groups.setdefault(group, []).append((float(x), y))
     xs_all, ys_all = [], []
-    for label, points in groups.items():
+    for group, points in groups.items():
         points.sort()
-        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=group)
         xs_all += [p[0] for p in points]
         ys_all += [p[1] for p in points]
-    if best is not None and is_numeric_value(best.value(key)) and math.isfinite(best.metrics.get(metric, math.nan)):
-        axes.plot([float(best.value(key))], [best.metrics[metric]], linestyle="none", marker="*", markersize=16,
+    best_y = value(best) if best is not None else None
+    if best is not None and is_numeric_value(best.value(key)) and best_y is not None and math.isfinite(best_y):
+        axes.plot([float(best.value(key))], [best_y], linestyle="none", marker="*", markersize=16,
                   color="gold", markeredgecolor="black", zorder=4, label=f"best: {best.name}")
     if wants_log(xs_all):
         axes.set_xscale("log")
     if wants_log(ys_all):
         axes.set_yscale("log")
     axes.set_xlabel(key)
-    axes.set_ylabel(f"final {metric}")
-    axes.set_title(f"final {metric} against {key}")
+    axes.set_ylabel(label)
+    axes.set_title(f"{label} against {key}")
     axes.grid(True, alpha=0.3)
     if axes.lines:
         axes.legend(fontsize="small")

@@ -3,9 +3,17 @@ marked; as aligned text (terminal), Markdown and CSV.
 
 Columns, left to right: ``run`` (the run's name: its path relative to the runs' common parent), ``status``, the
 keys (a sweep's swept keys in its space's order, then every other config key whose value differs between the runs),
-the metrics (the chosen metric, ``loss``, then up to :data:`EXTRA_METRICS` more final metrics in the order the runs
-give them, bookkeeping such as ``lr`` left out), ``steps_done`` and ``run_time_s`` from summary.json, and
-``error`` when a run has one. ``--columns`` replaces everything after ``status`` with the columns it names.
+the metrics (the chosen metric, ``loss``, every ``rel_error`` and ``rel_error/*``, then up to :data:`EXTRA_METRICS`
+more final metrics in the order the runs give them, bookkeeping such as ``lr`` left out), ``steps_done`` and
+``run_time_s`` from summary.json, and ``error`` when a run has one. ``--columns`` replaces everything after
+``status`` with the columns it names.
+
+One metric per report: the best run is the one whose curve of the chosen metric ends best, i.e. by the last value
+metrics.jsonl logged (what ``curves.png`` draws and what ``sopt sweep --prune`` stopped trials on), when the runs
+log it; by summary.json's final value when none does. Where a run's final value differs from its curve's last one
+(a problem's ``finish`` evaluating the metric anew: fit_projectile's final loss is the best start's over every
+observation, its logged loss the sum over the starts on the curriculum horizon), the table shows both, headed
+``<metric> (last logged)`` (the one that ranks) and ``<metric> (final)``.
 """
 
 from __future__ import annotations
@@ -23,6 +31,10 @@ from sopt.experiments.run_records import Collection, RunRecord, format_key_value
 # Final metrics the default columns leave out (what the trainer logs about itself, not about the problem).
 BOOKKEEPING_METRICS = ("step", "lr", "time_s", "steps_per_s")
 EXTRA_METRICS = 4
+# Metrics always shown by default, whatever EXTRA_METRICS leaves out: a fit's error per parameter (rel_error/<name>).
+ALWAYS_SHOWN_PREFIX = "rel_error"
+# The header suffixes of the chosen metric's columns when its last logged and final values differ.
+LAST_LOGGED, FINAL = "(last logged)", "(final)"
 # Columns from summary.json (named so they cannot clash with the config's `steps` or a metric `time_s`).
 SUMMARY_COLUMNS = ("steps_done", "run_time_s", "error")
 # Statuses that never make the best run: no result (failed: diverged or crashed; pending: not started).
@@ -33,17 +45,26 @@ ERROR_WIDTH = 60       # characters of an error shown in the text table (the CSV
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-    """A table column: ``kind`` is "run", "status", "key" (a dotted config key), "metric" (a final metric) or
-    "summary" (one of :data:`SUMMARY_COLUMNS`)."""
+    """A table column: ``kind`` is "run", "status", "key" (a dotted config key), "metric" (a final metric),
+    "last" (a metric's last value in metrics.jsonl) or "summary" (one of :data:`SUMMARY_COLUMNS`). ``name`` is the
+    header; ``key`` the metric or config key read when it differs from the header ("" when it is the header)."""
 
     name: str
     kind: str
+    key: str = ""
+
+    @property
+    def source(self) -> str:
+        """The metric or config key this column reads."""
+        return self.key or self.name
 
 
 @dataclasses.dataclass
 class ReportTable:
     """The runs' table. ``keys``: the config keys that differ (swept keys first), whatever the columns shown;
-    ``best``: the best run by ``metric`` and ``mode`` (None when no run qualifies)."""
+    ``best``: the best run by ``metric`` and ``mode`` (None when no run qualifies). ``by_curve``: whether the
+    metric's value that ranks is the last logged one (see the module docstring) rather than summary.json's;
+    ``split``: whether some run's two values differ, so the table shows both and names the one that ranks."""
 
     runs: list[RunRecord]
     columns: list[Column]
@@ -51,6 +72,17 @@ class ReportTable:
     mode: str
     keys: list[str]
     best: RunRecord | None
+    by_curve: bool = False
+    split: bool = False
+
+    def value(self, run: RunRecord) -> float | None:
+        """The run's value of the metric that ranks it (and that the curves and the metric-vs-key plots show)."""
+        return ranking_value(run, self.metric, self.by_curve)
+
+    @property
+    def metric_label(self) -> str:
+        """How the table and plots name the ranking metric: ``loss``, or ``loss (last logged)`` when split."""
+        return f"{self.metric} {LAST_LOGGED}" if self.split else self.metric
 
     def cell(self, run: RunRecord, column: Column) -> Any:
         """The raw value of a cell (None when the run has none)."""
@@ -59,9 +91,11 @@ class ReportTable:
         if column.kind == "status":
             return run.status
         if column.kind == "key":
-            return run.value(column.name)
+            return run.value(column.source)
         if column.kind == "metric":
-            return run.metrics.get(column.name)
+            return run.metrics.get(column.source)
+        if column.kind == "last":
+            return run.last_logged(column.source)
         return {"steps_done": run.steps_done, "run_time_s": run.time_s, "error": run.error}[column.name]
 
     def rows(self) -> list[list[Any]]:
@@ -101,14 +135,36 @@ def metric_names(runs: Iterable[RunRecord]) -> list[str]:
     return list(names)
 
 
-def best_run(runs: Sequence[RunRecord], metric: str, mode: str) -> RunRecord | None:
-    """The run with the least (mode "min") or greatest ("max") finite final ``metric``, failed and pending runs
-    left out; the first of equals; None when no run qualifies."""
+def ranking_value(run: RunRecord, metric: str, by_curve: bool) -> float | None:
+    """``metric``'s last value in the run's metrics.jsonl (``by_curve``), else its final value in summary.json."""
+    return run.last_logged(metric) if by_curve else run.metrics.get(metric)
+
+
+def ranks_by_curve(runs: Sequence[RunRecord], metric: str) -> tuple[bool, bool]:
+    """(by_curve, split): whether some run logs ``metric`` in metrics.jsonl (then the curves' last values rank
+    the runs, as they are what curves.png draws and the pruner judged), and whether a run that can be the best
+    has a final value (summary.json) other than its last logged one (non-finite and missing counting as equal)."""
+    by_curve = any(run.series(metric)[0] for run in runs)
+    if not by_curve:
+        return False, False
+
+    def finite(value: float | None) -> float | None:
+        return value if value is not None and math.isfinite(value) else None
+
+    split = any(finite(run.metrics.get(metric)) != finite(run.last_logged(metric))
+                for run in runs if run.status not in NEVER_BEST)
+    return True, split
+
+
+def best_run(runs: Sequence[RunRecord], metric: str, mode: str, by_curve: bool = False) -> RunRecord | None:
+    """The run with the least (mode "min") or greatest ("max") finite ``metric`` (its final value, or its last
+    logged one when ``by_curve``: :func:`ranking_value`), failed and pending runs left out; the first of equals;
+    None when no run qualifies."""
     if mode not in ("min", "max"):
         raise ValueError(f"mode = {mode!r}: allowed 'min' or 'max'")
     best, best_value = None, math.nan
     for run in runs:
-        value = run.metrics.get(metric)
+        value = ranking_value(run, metric, by_curve)
         if run.status in NEVER_BEST or value is None or not math.isfinite(value):
             continue
         if best is None or (value < best_value if mode == "min" else value > best_value):
@@ -116,12 +172,30 @@ def best_run(runs: Sequence[RunRecord], metric: str, mode: str) -> RunRecord | N
     return best
 
 
-def default_columns(runs: Sequence[RunRecord], keys: Sequence[str], metric: str) -> list[Column]:
+def is_always_shown(name: str) -> bool:
+    """``rel_error`` and ``rel_error/<name>``: shown by default however many other metrics there are."""
+    return name == ALWAYS_SHOWN_PREFIX or name.startswith(ALWAYS_SHOWN_PREFIX + "/")
+
+
+def metric_columns(metric: str, split: bool) -> list[Column]:
+    """The chosen metric's columns: one headed by its name, or, when ``split``, its last logged value (which
+    ranks) then its final one, each header saying which."""
+    if not split:
+        return [Column(metric, "metric")]
+    return [Column(f"{metric} {LAST_LOGGED}", "last", metric), Column(f"{metric} {FINAL}", "metric", metric)]
+
+
+def default_columns(runs: Sequence[RunRecord], keys: Sequence[str], metric: str,
+                    split: bool = False) -> list[Column]:
     """The columns after ``run`` and ``status`` when ``--columns`` is not given (see the module docstring)."""
     columns = [Column(key, "key") for key in keys]
-    metrics = [name for name in (metric, "loss") if any(name in run.metrics for run in runs)]
-    extras = [name for name in metric_names(runs) if name not in metrics and name not in BOOKKEEPING_METRICS]
-    columns += [Column(name, "metric") for name in dict.fromkeys(metrics + extras[:EXTRA_METRICS])]
+    names = metric_names(runs)
+    metrics = [name for name in (metric, "loss") if name in names or (name == metric and split)]
+    extras = [name for name in names if name not in metrics and name not in BOOKKEEPING_METRICS]
+    shown = [*metrics, *[name for name in extras if is_always_shown(name)],
+             *[name for name in extras if not is_always_shown(name)][:EXTRA_METRICS]]
+    for name in dict.fromkeys(shown):
+        columns += metric_columns(metric, split) if name == metric else [Column(name, "metric")]
     columns += [Column("steps_done", "summary"), Column("run_time_s", "summary")]
     if any(run.error for run in runs):
         columns.append(Column("error", "summary"))
@@ -167,9 +241,16 @@ def build_table(collection: Collection, metric: str, mode: str, columns: Sequenc
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise ValueError(f"--metric {metric!r}: no run has this final metric; {hint}metrics: {', '.join(names)}")
     keys = differing_keys(runs, collection.space_keys)
-    chosen = default_columns(runs, keys, metric) if columns is None else resolve_columns(columns, runs)
+    by_curve, split = ranks_by_curve(runs, metric)
+    if columns is None:
+        chosen = default_columns(runs, keys, metric, split)
+    else:
+        chosen = resolve_columns(columns, runs)
+        if split:   # the header always names the value that ranks
+            chosen = [metric_columns(metric, split)[0], *chosen]
     return ReportTable(runs=list(runs), columns=[Column("run", "run"), Column("status", "status"), *chosen],
-                       metric=metric, mode=mode, keys=keys, best=best_run(runs, metric, mode))
+                       metric=metric, mode=mode, keys=keys, best=best_run(runs, metric, mode, by_curve),
+                       by_curve=by_curve, split=split)
 
 
 # -- formats ---------------------------------------------------------------------------------------------------------
@@ -178,7 +259,7 @@ def _show(value: Any, column: Column) -> str:
     :func:`format_key_value` writes them, run times with 3 decimals."""
     if value is None:
         return MISSING
-    if column.kind == "metric":
+    if column.kind in ("metric", "last"):
         return f"{value:.5g}"
     if column.name == "run_time_s":
         return f"{value:.3f}"
@@ -195,11 +276,12 @@ def _csv_value(value: Any) -> str:
 
 
 def best_line(table: ReportTable) -> str:
-    """``best by loss (min): trial-002, loss = 0.0012`` or why there is none."""
+    """``best by loss (min): trial-002, loss = 0.0012`` (``best by loss (last logged) (min): ...`` when the
+    metric's last logged and final values differ) or why there is none."""
+    label = table.metric_label
     if table.best is None:
-        return f"best by {table.metric} ({table.mode}): none (no finished run has a finite {table.metric})"
-    return (f"best by {table.metric} ({table.mode}): {table.best.name}, "
-            f"{table.metric} = {table.best.metrics[table.metric]:.6g}")
+        return f"best by {label} ({table.mode}): none (no finished run has a finite {label})"
+    return f"best by {label} ({table.mode}): {table.best.name}, {label} = {table.value(table.best):.6g}"
 
 
 def text_table(table: ReportTable) -> str:

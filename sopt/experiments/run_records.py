@@ -91,6 +91,13 @@ class RunRecord:
                 values.append(float(value))
         return steps, values
 
+    def last_logged(self, metric: str) -> float | None:
+        """The value of ``metric`` in metrics.jsonl's last record holding it as a number: where the run's curve
+        of it ends (None when no record has it). summary.json's final value may differ: a problem's ``finish``
+        may evaluate the metric anew (fit_projectile: the best start's loss over every observation)."""
+        values = self.series(metric)[1]
+        return values[-1] if values else None
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)

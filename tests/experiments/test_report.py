@@ -280,6 +280,94 @@ def test_columns_option_and_mode_max(sweep_dir, capsys):
     assert sorted(p.name for p in (sweep_dir.parent / "r").iterdir()) == ["report.csv", "report.md"]
 
 
+# -- one metric: fit_projectile's logged loss and final loss disagree ------------------------------------------------
+PARAMETERS = ("drag", "restitution", "speed", "angle")
+# (logged loss at the last step, final loss): the logged loss (summed over the starts on the growing curriculum
+# horizon) ranks the trials the other way round from the final one (the best start's over every observation).
+PROJECTILE_TRIALS = {"trial-000": (40.0, 5.0), "trial-001": (10.0, 15.0), "trial-002": (25.0, 20.0)}
+
+
+def projectile_records(end: float, last_step: int = STEPS) -> list[dict]:
+    """fit_projectile's metrics records: the loss grows with the horizon up to ``end`` at step STEPS; lists per
+    start; every parameter's relative error; the Trainer's bookkeeping (skipped_steps among it)."""
+    records = []
+    for step in range(LOG_EVERY, last_step + 1, LOG_EVERY):
+        loss = end * step / STEPS
+        records.append({"step": step, "loss": loss, "lr": 0.05, "time_s": 0.01 * step, "steps_per_s": 100.0,
+                        "skipped_steps": 0, "start_loss": [loss / 2, loss / 2],
+                        **{f"value/{name}": [1.0, 2.0] for name in PARAMETERS},
+                        **{f"rel_error/{name}": 0.01 * (i + 1) for i, name in enumerate(PARAMETERS)}})
+    return records
+
+
+def write_projectile_sweep(folder: pathlib.Path) -> pathlib.Path:
+    """A fit_projectile sweep over the learning rate: three finished trials (PROJECTILE_TRIALS) whose summary
+    holds fit_projectile's final loss and relative errors, and a trial pruned at step 20 (its summary: its last
+    record's numbers)."""
+    sweep = folder / SWEEP
+    sweep.mkdir(parents=True)
+    trials = []
+    rates = {"trial-000": 0.01, "trial-001": 0.02, "trial-002": 0.05, "trial-003": 0.1}
+    for trial_id, lr in rates.items():
+        pruned = trial_id == "trial-003"
+        end, final = PROJECTILE_TRIALS.get(trial_id, (60.0, None))
+        records = projectile_records(end, last_step=20 if pruned else STEPS)
+        finish = None if pruned else {"loss": final, **{f"rel_error/{n}": 1e-3 for n in PARAMETERS}}
+        write_run(sweep / trial_id, config_of(lr, 0), records, "interrupted" if pruned else "finished",
+                  final=finish)
+        summary = json.loads((sweep / trial_id / "summary.json").read_text())
+        trials.append({"id": trial_id, "dir": trial_id, "params": {"optimizer.learning_rate": lr},
+                       "overrides": [f"optimizer.learning_rate={lr}"], "status": "pruned" if pruned else "finished",
+                       "error": None, "metrics": summary["metrics"]})
+    (sweep / "sweep.json").write_text(json.dumps({
+        "problem": "fit_projectile", "space": {"optimizer.learning_rate": "0.01,0.02,0.05,0.1"}, "method": "grid",
+        "metric": "loss", "mode": "min", "prune": "median", "backend": "local", "trials": trials}), encoding="utf-8")
+    return sweep
+
+
+def test_best_is_the_trial_whose_curve_ends_lowest_and_every_rel_error_is_shown(tmp_path, capsys):
+    sweep = write_projectile_sweep(tmp_path / "runs" / "fit_projectile")
+    collection = collect_runs([sweep])
+    table = report_table.build_table(collection, "loss", "min", metric_given=False)
+    # the curves' (and the pruner's) metric picks the best: trial-001's curve ends lowest (the old report took
+    # trial-000, whose final loss is lowest and whose curve ends highest)
+    assert table.best.name == "trial-001"
+    figure = report_plots.curves_figure(table.runs, "loss", table.keys, table.best)
+    ends = {line.get_label(): line.get_ydata()[-1] for line in figure.axes[0].lines}
+    assert min(ends, key=ends.get) == "learning_rate=0.02 (best)"
+    names = [c.name for c in table.columns]
+    assert names[:5] == ["run", "status", "optimizer.learning_rate", "loss (last logged)", "loss (final)"]
+    assert [n for n in names if n.startswith("rel_error/")] == [f"rel_error/{n}" for n in PARAMETERS]
+    rows = {row[0]: row for row in table.rows()}
+    assert rows["trial-001"][3:5] == [10.0, 15.0]
+    assert rows["trial-003"][1] == "pruned" and rows["trial-003"][3:5] == [30.0, 30.0]   # as the pruner saw it
+    # the star of the metric-vs-key plot is the lowest point of the same metric
+    by_lr = report_plots.metric_vs_key_figure(table.runs, "optimizer.learning_rate", "loss", [], table.best,
+                                              value=table.value, label=table.metric_label).axes[0]
+    points = {line.get_label(): list(line.get_ydata()) for line in by_lr.lines}
+    assert points == {"loss": [40.0, 10.0, 25.0, 30.0], "best: trial-001": [10.0]}
+    assert by_lr.get_ylabel() == "loss (last logged)"
+
+    code, out, err = run_report([sweep], capsys)
+    assert code == 0 and err == ""
+    assert "best by loss (last logged) (min): trial-001, loss (last logged) = 10" in out
+    assert [line for line in out.splitlines() if line.startswith("*")][0].split()[1] == "trial-001"
+    csv_rows = list(csv.DictReader(io.StringIO((sweep / "report" / "report.csv").read_text())))
+    assert [r["run"] for r in csv_rows if r["best"] == "1"] == ["trial-001"]
+    assert all(r["rel_error/angle"] for r in csv_rows)
+
+
+def test_curves_legend_is_beside_the_axes(sweep_dir):
+    collection = collect_runs([sweep_dir])
+    table = report_table.build_table(collection, "loss", "min")
+    figure = report_plots.curves_figure(table.runs, "loss", table.keys, table.best)
+    figure.canvas.draw()
+    axes = figure.axes[0]
+    legend, box = axes.get_legend().get_window_extent(), axes.get_window_extent()
+    assert legend.x0 >= box.x1 and legend.x1 <= figure.bbox.x1      # right of the data, inside the picture
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == [line.get_label() for line in axes.lines]
+
+
 # -- plots -----------------------------------------------------------------------------------------------------------
 def test_curves_figure_holds_every_runs_series(sweep_dir):
     collection = collect_runs([sweep_dir])
