@@ -34,11 +34,14 @@ def legend_beside(axes: Any, count: int) -> Any:
                        fontsize="small" if count <= 8 else "x-small", ncol=1 if count <= 12 else 2)
 
 
-def _new_figure() -> "Figure":
+def new_figure(figsize: tuple[float, float] = FIGSIZE, layout: str | None = "constrained",
+               dpi: int = 100) -> "Figure":
+    """A figure on the Agg canvas: files only, no pyplot, no global backend state. The constrained layout (the
+    default) makes room for legends beside the axes; ``layout=None`` for a figure that lays itself out."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=FIGSIZE, dpi=100, layout="constrained")
+    figure = Figure(figsize=figsize, dpi=dpi, layout=layout)
     FigureCanvasAgg(figure)
     return figure
 
@@ -76,7 +79,7 @@ def curves_figure(runs: Sequence[RunRecord], metric: str, keys: Sequence[str],
     y is logarithmic when every value is positive and they span > 2 decades. The legend sits beside the axes,
     never over a curve.
     """
-    figure = _new_figure()
+    figure = new_figure()
     axes = figure.add_subplot()
     every_value: list[float] = []
     for run in runs:
@@ -113,7 +116,7 @@ def metric_vs_key_figure(runs: Sequence[RunRecord], key: str, metric: str, other
     """
     value = value or (lambda run: run.metrics.get(metric))
     label = label or f"final {metric}"
-    figure = _new_figure()
+    figure = new_figure()
     axes = figure.add_subplot()
     groups: dict[str, list[tuple[float, float]]] = {}
     for run in runs:

@@ -12,7 +12,7 @@ from sopt.data import generated_image, load_image, pixel_coordinates, psnr, save
 from sopt.experiments.problem import Problem
 from sopt.problems.neural_field_image.build import build_model
 from sopt.problems.neural_field_image.config import NeuralFieldImageConfig
-from sopt.problems.neural_field_image.plot import plot_curves
+from sopt.problems.neural_field_image.plot import COMPARISON_FILE, plot_comparison, plot_curves
 from sopt.train import BatchSampler, EarlyStopping, Evaluate, Trainer
 from sopt.validation import as_float32_array
 
@@ -72,8 +72,9 @@ class NeuralFieldImage(Problem):
                 "callbacks": callbacks}
 
     def finish(self, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
-        """Write ``reconstruction.png`` (the field now), ``target.png`` and ``curves.png`` (loss and PSNR over
-        ``history``) into ``run_dir``; return ``{"psnr": dB now, "loss": the last logged batch loss}``."""
+        """Write ``reconstruction.png`` (the field now), ``target.png``, ``comparison.png`` (truth | prediction |
+        error, the PSNR in the title) and ``curves.png`` (loss and PSNR over ``history``) into ``run_dir``; return
+        ``{"psnr": dB now, "loss": the last logged batch loss}``."""
         run_dir = pathlib.Path(run_dir)
         final = self.evaluate()
         losses = [r["loss"] for r in history if isinstance(r.get("loss"), (int, float))]
@@ -81,6 +82,7 @@ class NeuralFieldImage(Problem):
             final["loss"] = float(losses[-1])
         save_image(run_dir / RECONSTRUCTION_FILE, self.reconstruction)
         save_image(run_dir / TARGET_FILE, self.image)
+        plot_comparison(run_dir / COMPARISON_FILE, self.target.reshape(self.reconstruction.shape), self.reconstruction)
         plot_curves(history, run_dir / CURVES_FILE)
         self.final = final
         return final
