@@ -47,7 +47,7 @@ _LINEAR = ("import numpy as np, sopt\nfrom sopt.nn import Linear\n"
 
 
 def test_command_line_reports_unknown_backend_in_one_line() -> None:
-    r = subprocess.run([sys.executable, "-m", "sopt.problems.neural_field_image", "--steps", "1", "--no-progress"],
+    r = subprocess.run([sys.executable, "-m", "sopt.problems.neural_field_image", "steps=1", "--no-progress"],
                        env={**os.environ, "SOPT_DEVICE": "metal"}, capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == ("error: SOPT_DEVICE='metal' is not supported: allowed are 'cuda', 'vulkan', or unset "
