@@ -74,3 +74,29 @@ def test_fit_curves_label_every_element_start_and_truth_beside_the_panels():
     assert [line.get_label() for line in loss.lines] == ["loss"]
     assert [line.get_label() for line in field.lines] == ["relative error"]
     assert legends_outside(figure) == [True, True]                  # the panels with more than one line
+
+
+def test_neural_controller_distance_curve_is_labelled_beside(tmp_path):
+    from sopt.problems.neural_controller.plot import plot_distance
+
+    history = [{"step": 10, "loss": -0.5}, {"step": 20, "loss": -1.0}, {"step": 20, "event": "end"}]
+    figure = plot_distance(tmp_path / "distance.png", history, before=0.1)
+    axes = figure.axes[0]
+    assert [line.get_label() for line in axes.lines] == ["controller (training)", "untrained"]
+    np.testing.assert_allclose(axes.lines[0].get_ydata(), [0.1, 0.5, 1.0])
+    assert legends_outside(figure) == [True]
+
+
+def test_heat_readings_label_observed_and_fitted_beside(tmp_path, monkeypatch):
+    from sopt.problems.heat_inverse import plot
+
+    drawn = []
+    monkeypatch.setattr(plot.atomic_write, "write_figure", lambda path, fig, **kw: drawn.append(fig))
+    times = np.linspace(0.0, 1.0, 5)
+    observed, fitted = np.arange(10.0).reshape(5, 2), np.arange(10.0).reshape(5, 2) + 0.5
+    plot.plot_readings(tmp_path / "readings.png", times, observed, fitted, np.array([[1, 2], [3, 4]]))
+    axes = drawn[0].axes[0]
+    assert [line.get_label() for line in axes.lines] == [
+        "cell (1, 2) observed", "cell (1, 2) fitted", "cell (3, 4) observed", "cell (3, 4) fitted"]
+    np.testing.assert_allclose(axes.lines[3].get_ydata(), fitted[:, 1])
+    assert legends_outside(drawn[0]) == [True]

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sopt import atomic_write  # noqa: E402
+from sopt.experiments.report_plots import legend_beside  # noqa: E402
 
 def _image(ax: plt.Axes, field: np.ndarray, side: float, **kw: object) -> matplotlib.image.AxesImage:
     """``field`` (rows from the bottom) over the plate [0, side]^2 (m)."""
@@ -59,20 +60,21 @@ def plot_fields(path: pathlib.Path, true: np.ndarray, fitted: np.ndarray, u0: np
 
 def plot_readings(path: pathlib.Path, times: np.ndarray, observed: np.ndarray, fitted: np.ndarray,
                   cells: np.ndarray, shown: int = 6) -> pathlib.Path:
-    """readings.png: ``shown`` sensors' observed readings (dots) and the fitted field's (lines) over time (K)."""
+    """readings.png: ``shown`` sensors' observed readings (dots) and the fitted field's (lines) over time (K), each
+    labelled in a legend beside the axes."""
     pick = np.unique(np.linspace(0, observed.shape[1] - 1, min(shown, observed.shape[1])).round().astype(int))
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
     for n, s in enumerate(pick):
         colour = f"C{n % 10}"
-        ax.plot(times, observed[:, s], "o", color=colour, ms=4)
-        label = f"sensor at cell {tuple(int(v) for v in cells[s])}"
-        ax.plot(times, fitted[:, s], "-", color=colour, lw=1.2, label=label)
+        label = f"cell {tuple(int(v) for v in cells[s])}"
+        ax.plot(times, observed[:, s], "o", color=colour, ms=4, label=f"{label} observed")
+        ax.plot(times, fitted[:, s], "-", color=colour, lw=1.2, label=f"{label} fitted")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("temperature (K)")
     ax.set_title("sensor readings: observed (dots) and simulated with the recovered field (lines)")
-    ax.legend(fontsize=7, ncol=2)
+    legend_beside(ax, len(ax.lines))
     ax.grid(True, alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout()   # counts the legend beside: the axes narrow to make room
     atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)
     return path

@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
 from sopt import atomic_write  # noqa: E402
+from sopt.experiments.report_plots import legend_beside  # noqa: E402
 from sopt.problems.neural_controller.robot import Robot  # noqa: E402
 
 
@@ -98,19 +99,21 @@ def write_gif(path: str | os.PathLike[str], robot: Robot, ground: float, frames:
     atomic_write.write_image(path, images[0], save_all=True, append_images=images[1:], duration=duration, loop=0)
 
 
-def plot_distance(path: str | os.PathLike[str], history: list[dict[str, Any]], before: float, title: str = "") -> None:
+def plot_distance(path: str | os.PathLike[str], history: list[dict[str, Any]], before: float,
+                  title: str = "") -> Any:
     """Write ``path`` (PNG): the distance walked (m, = -loss) over the training steps, linear scale, with the
-    untrained controller's distance dashed."""
+    untrained controller's distance dashed, both labelled in a legend beside the axes; returns the figure."""
     steps = [0] + [m["step"] for m in history if m.get("loss") is not None]
     distance = [before] + [-m["loss"] for m in history if m.get("loss") is not None]
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    ax.plot(steps, distance, "o-", ms=3)
+    ax.plot(steps, distance, "o-", ms=3, label="controller (training)")
     ax.axhline(before, color="k", ls="--", lw=1.0, label="untrained")
     ax.set_xlabel("training step")
     ax.set_ylabel("distance walked (m) = -loss")
     ax.set_title(title or "distance walked")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    legend_beside(ax, 2)
+    fig.tight_layout()   # counts the legend beside: the axes narrow to make room
     atomic_write.write_figure(path, fig, dpi=100)
     plt.close(fig)
+    return fig
