@@ -18,9 +18,6 @@ PACKAGE = ROOT / "sopt"
 # Edges of cycles in files owned by others (reported to the lead; any other cycle fails the test). Remove an entry
 # when its edge goes.
 KNOWN_EDGES: set[tuple[str, str]] = {
-    # schema.read_json_file imports files.read_text at call time while files imports schema: the function belongs
-    # in sopt/config/files.py (sopt.config's owner)
-    ("sopt.config.schema", "sopt.config.files"),
     # the tape launches its helpers through sopt.nn.kernels while nn records on the tape: the kernel-layer work
     # (issue 20, item 1) moves the kernel plumbing below both
     ("sopt.tape", "sopt.nn.kernels"),

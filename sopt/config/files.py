@@ -18,7 +18,8 @@ import tomli_w
 
 from sopt import atomic_write
 from sopt.regular_file import FileTooLargeError, NotRegularFileError, name_problem, read_bytes
-from sopt.config.schema import ConfigError, check_depth, parse_json, short, text_depth, value_depth
+from sopt.config.schema import ConfigError, check_depth, parse_json, short
+from sopt.nesting import text_depth, value_depth
 
 FORMATS = (".toml", ".json")
 
@@ -87,6 +88,12 @@ def read_text(path: str | os.PathLike[str], expected: str = "a .toml or .json fi
         return data.decode("utf-8-sig")   # a byte order mark (some Windows editors write one) is no content
     except UnicodeDecodeError as exc:
         raise ConfigError([f"config file {name} cannot be read as UTF-8 text: {exc}"]) from None
+
+
+def read_json_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in the file at ``path`` whatever its suffix; ConfigError when it is missing, no regular
+    file, too large, unreadable or invalid (:func:`sopt.config.files.read_text`)."""
+    return parse_json(read_text(path, "a JSON file"), f"file {str(path)!r}")
 
 
 def read_config_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:

@@ -16,13 +16,12 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-import os
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from sopt.nesting import text_depth, value_depth  # noqa: F401  (imported from here by files and overrides)
+from sopt.nesting import text_depth
 from sopt.validation import float32_problem
 
 M = TypeVar("M", bound=BaseModel)
@@ -148,13 +147,6 @@ def parse_json(text: str, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError([f"config {source} must hold a JSON object {{...}}, got {type(data).__name__}"])
     return data
-
-
-def read_json_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON object in the file at ``path`` whatever its suffix; ConfigError when it is missing, no regular
-    file, too large, unreadable or invalid (:func:`sopt.config.files.read_text`)."""
-    from sopt.config.files import read_text   # files imports this module
-    return parse_json(read_text(path, "a JSON file"), f"file {str(path)!r}")
 
 
 # -- validation errors as one line each ------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from pydantic import model_validator
 from sopt.config import files
 from sopt.config.files import MAX_CONFIG_BYTES, read_config, read_config_file
 from sopt.config.overrides import MAX_OVERRIDE_CHARS, parse_literal, parse_override
-from sopt.config.schema import MAX_DEPTH, MAX_LINE_CHARS, ConfigError, StrictModel, read_json_file, text_depth, validate
+from sopt.config.files import read_json_file
+from sopt.config.schema import MAX_DEPTH, MAX_LINE_CHARS, ConfigError, StrictModel, text_depth, validate
 
 
 @contextlib.contextmanager
