@@ -23,7 +23,7 @@ SMALL = {"duration": 2.0, "dt": 0.01, "observations": 10, "multi_start": 3, "ste
 
 def test_observations_follow_the_float64_reference():
     config = load_config(ProjectileConfig, None, {"true": {"drag": 0.07, "restitution": 0.6, "speed": 12.0,
-                                                           "angle": 35.0}})
+                                                           "angle": 35.0}, "noise_std": 0.0})
     problem = FitProjectile(config)
     a = np.radians(35.0)
     x, _ = reference_rollout(np.array([[0.0, 1.0]]), 12.0 * np.array([[np.cos(a), np.sin(a)]]),
@@ -87,7 +87,7 @@ def test_multi_start_spreads_starts_and_each_start_is_an_independent_fit(tmp_pat
     {"drag": 0.01, "restitution": 0.9, "speed": 5.0, "angle": 70.0},     # slow and steep, little drag
 ], ids=["fast_flat", "slow_steep"])
 def test_noise_free_data_recovers_every_parameter_within_one_percent(true, tmp_path):
-    config = load_config(ProjectileConfig, None, {"true": true, "steps": 200})   # the default scene and 8 starts
+    config = load_config(ProjectileConfig, None, {"true": true, "steps": 200, "noise_std": 0.0})   # default scene
     result = run(FitProjectile, config, tmp_path / "out", progress=False).result
     assert result["true"] == true
     for name in NAMES:

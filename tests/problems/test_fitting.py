@@ -261,7 +261,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
 
     assert (cut / "result.json").read_text(encoding="utf-8") == (whole / "result.json").read_text(encoding="utf-8")
     result = json.loads((whole / "result.json").read_text(encoding="utf-8"))
-    assert set(result) == {"true", "fitted", "rel_error", "loss", "steps"} and result["steps"] == 40
+    assert set(result) == {"true", "fitted", "uncertainty", "rel_error", "loss", "steps"} and result["steps"] == 40
     assert set(result["fitted"]) == {"drag", "restitution", "speed", "angle"}
     assert records(cut / "metrics.jsonl") == records(whole / "metrics.jsonl")
     assert tomllib.loads((cut / "config.toml").read_text()) == tomllib.loads((whole / "config.toml").read_text())

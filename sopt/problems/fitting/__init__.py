@@ -16,8 +16,10 @@ How a problem plugs in (``sopt/problems/<name>/``):
    ``physical / scale``, the simulator reads ``.physical``, a sopt.Parameter). It implements
    ``objective(tape, step) -> loss`` (sopt.train.Trainer's contract). Optional overrides: ``true_values()`` and
    ``fitted()`` (name -> float or array; default: config.true and the ScaledParameters), ``evaluate()`` (the final
-   loss; pick the best of several candidates here), ``progress_metrics()`` (per metrics step), ``plot(out_dir,
-   history)`` (the problem's own PNGs), ``summary()`` (lines printed at the end).
+   loss; pick the best of several candidates here), ``predict(points)`` (the simulated observations at given
+   parameter values, run without a tape: with it result.json reports each parameter's ``uncertainty``),
+   ``progress_metrics()`` (per metrics step), ``plot(out_dir, history)`` (the problem's own PNGs), ``summary()``
+   (lines printed at the end).
 3. One registration: a built-in problem's name -> (module, class) in
    sopt.experiments.problem.BUILTIN_PROBLEMS; a problem in a package of its own an entry point of the
    ``sopt.problems`` group, or none at all (``sopt run --problem my_package.problem:Pendulum``).
@@ -25,8 +27,9 @@ How a problem plugs in (``sopt/problems/<name>/``):
 ``sopt run --problem NAME [overrides]`` (or ``python -m sopt.problems.NAME [overrides]``, the same command), and
 :func:`run` / :func:`resume` from Python, then train it with the configured optimiser and schedule and write the
 run directory (sopt.experiments.run_dir): ``config.toml``, ``metrics.jsonl`` (with ``value/<name>`` and
-``rel_error/<name>`` per metrics step), ``checkpoint.npz``, ``result.json`` (``{"true", "fitted", "rel_error",
-"loss", "steps"}``), ``curves.png`` and the problem's pictures; ``sopt resume DIR`` finishes an interrupted run
+``rel_error/<name>`` per metrics step), ``checkpoint.npz``, ``result.json`` (``{"true", "fitted",
+"uncertainty", "rel_error", "loss", "steps"}``), ``curves.png`` and the problem's pictures; ``sopt resume DIR``
+finishes an interrupted run
 with the result of an uninterrupted one. Config errors are one line each (:class:`ConfigError`): the command
 prints ``error: ...`` and exits 2.
 """

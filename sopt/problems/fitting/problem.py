@@ -47,6 +47,7 @@ from sopt.experiments.run_dir import write_json
 from sopt.problems.fitting.config import FitConfig
 from sopt.problems.fitting.plot import plot_history
 from sopt.problems.fitting.scaled_parameter import ScaledParameter
+from sopt.problems.fitting.uncertainty import RELATIVE_STEP, central_jacobian, gauss_newton_std
 from sopt.parameter import Parameter
 from sopt.tape import Tape
 from sopt.train import Callback, Trainer, loss_scalar
@@ -96,6 +97,7 @@ class FittingProblem(Problem):
     def __init__(self, config: FitConfig) -> None:
         super().__init__(config)
         self.scaled: dict[str, ScaledParameter] = {}
+        self.std: dict[str, Value] | None = None   # uncertainty() at the end of the run (write_result)
 
     # -- helpers for subclasses --------------------------------------------------------------------------------
     def add_parameter(self, name: str, initial: Any, scale: float, unit: str = "", *, low: float | None = None,
@@ -146,7 +148,8 @@ class FittingProblem(Problem):
                 "callbacks": [ProblemMetrics(self)]}
 
     def finish(self, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
-        """result.json (``true``, ``fitted``, ``rel_error``, ``loss`` at the fitted values, ``steps``), curves.png
+        """result.json (``true``, ``fitted``, ``uncertainty`` (one standard deviation per fitted value, for a
+        problem with :meth:`predict`), ``rel_error``, ``loss`` at the fitted values, ``steps``), curves.png
         and the problem's own pictures; returns ``loss`` and ``rel_error/<name>`` for summary.json."""
         result = write_result(self, run_dir, history)
         self.result = result
@@ -173,6 +176,46 @@ class FittingProblem(Problem):
             loss = self(tape, self.config.steps)
         tape.submit()
         return loss_scalar(loss)
+
+    def predict(self, points: list[dict[str, Value]]) -> np.ndarray:
+        """The simulated observations at each parameter point (name -> value, shaped as :meth:`fitted`), run now
+        without a tape: (len(points), n) float64, each row laid out as ``np.ravel(self.observed)``. A problem
+        that does not override it (no cheap forward model) reports no ``uncertainty``."""
+        raise NotImplementedError(f"{type(self).__name__} has no forward model for its uncertainty")
+
+    def _flat_fit(self) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
+        """:meth:`fitted` as one float64 vector, the function mapping such a vector back to name -> value, and
+        each element's ``scale``, ``low`` and ``high`` (its ScaledParameter's)."""
+        fitted = self.fitted()
+        names = [n for n in self.scaled if n in fitted]
+        shapes = {n: np.shape(fitted[n]) for n in names}
+        sizes = [int(np.prod(shapes[n])) for n in names]
+        split = np.cumsum(sizes)[:-1]
+
+        def values(vector: np.ndarray) -> dict[str, Value]:
+            return {n: as_value(v.reshape(shapes[n])) for n, v in zip(names, np.split(vector, split))}
+
+        x = np.concatenate([np.ravel(fitted[n]) for n in names]).astype(np.float64)
+        return x, values, {a: np.repeat([getattr(self.scaled[n], a) for n in names], sizes)
+                           for a in ("scale", "low", "high")}
+
+    def jacobian(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the predictions at :meth:`fitted` (n,), their Jacobian (n, p)) in the values of :meth:`fitted`,
+        flattened in its order, by central differences through :meth:`predict` (sopt.problems.fitting.uncertainty)
+        at RELATIVE_STEP x each parameter's scale, within its bounds."""
+        x, values, box = self._flat_fit()
+        return central_jacobian(lambda points: self.predict([values(v) for v in points]), x,
+                                RELATIVE_STEP * box["scale"], box["low"], box["high"])
+
+    def uncertainty(self) -> dict[str, Value] | None:
+        """Name -> one standard deviation of each fitted value (shaped as :meth:`fitted`), from the Gauss-Newton
+        covariance at the fit: :meth:`jacobian` and the noise variance ``noise_std^2``, or the residuals' where
+        that is 0; None for a problem without :meth:`predict`."""
+        if type(self).predict is FittingProblem.predict:   # no forward model
+            return None
+        centre, jac = self.jacobian()
+        residuals = np.ravel(np.asarray(self.observed, np.float64)) - centre
+        return self._flat_fit()[1](gauss_newton_std(jac, residuals, self.config.noise_std))
 
     def progress_metrics(self) -> dict[str, float | list[float]]:
         """Values added to every metrics record: ``value/<name>`` (a float, or a list for up to
@@ -239,7 +282,9 @@ def write_result(problem: FittingProblem, out: pathlib.Path, history: list[dict[
     """result.json, curves.png and the problem's pictures in ``out``; returns result.json's content."""
     loss = problem.evaluate()
     fitted, truth = problem.fitted(), problem.true_values()
+    problem.std = problem.uncertainty()   # computed once: the problem's plot and summary show it too
     result = {"true": truth, "fitted": fitted,
+              **({} if problem.std is None else {"uncertainty": problem.std}),
               "rel_error": {name: rel_error(fitted[name], truth[name]) for name in truth if name in fitted},
               "loss": loss, "steps": problem.config.steps}
     write_json(out / RESULT_FILE, _jsonable(result))

@@ -11,9 +11,10 @@ nothing is ever overwritten) the run directory of sopt.experiments.run_dir, with
   ``value/<name>`` and ``rel_error/<name>``), then an ``"event": "end"`` record;
 - ``checkpoint.npz``: the trained (normalised) parameters, optimiser and schedule every ``checkpoint_every``
   steps and at the end (``sopt.load``);
-- ``result.json``: ``{"true", "fitted", "rel_error", "loss", "steps"}``, keyed by parameter name (a number's
-  rel_error is |fitted - true| / |true|, an array's ||fitted - true||_2 / ||true||_2; ``loss`` is the loss at
-  the fitted parameters);
+- ``result.json``: ``{"true", "fitted", "uncertainty", "rel_error", "loss", "steps"}``, keyed by parameter name
+  (``uncertainty``: one Gauss-Newton standard deviation per fitted value, for a problem with a forward model,
+  FittingProblem.predict; a number's rel_error is |fitted - true| / |true|, an array's ||fitted - true||_2 /
+  ||true||_2; ``loss`` is the loss at the fitted parameters);
 - ``curves.png`` (loss and each parameter over the steps) and the problem's own pictures.
 
 ``resume(Problem, out_dir)`` continues an interrupted run in ``out_dir``: it reloads its ``config.toml`` and
