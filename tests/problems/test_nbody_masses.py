@@ -45,8 +45,8 @@ def test_observations_match_the_float64_reference() -> None:
 
 @pytest.mark.parametrize("masses", [[1.9, 0.7, 1.1], [2.0, 0.5, 2.0, 0.5]])
 def test_noise_free_recovery_within_one_percent(masses: list[float], tmp_path: pathlib.Path) -> None:
-    out = run(NBodyMasses, config(true={"masses": masses}, init={"masses": [1.0] * len(masses)}), tmp_path,
-              progress=False)
+    out = run(NBodyMasses, config(true={"masses": masses}, init={"masses": [1.0] * len(masses)}, noise_std=0.0),
+              tmp_path, progress=False)
     err = per_body_error(out.result)
     assert err.max() < 0.01, err
     assert out.result["rel_error"]["masses"] < 0.01
@@ -67,6 +67,7 @@ def test_noisy_fit_resumed_equals_uninterrupted_and_reports_its_error(tmp_path: 
     fitted, true = np.asarray(whole.result["fitted"]["masses"]), np.asarray(whole.result["true"]["masses"])
     assert np.all(np.abs(fitted - true) < 4 * std + 1e-3), (fitted, true, std)
     assert 0 < std.max() < 0.05
+    assert whole.result["uncertainty"]["masses"] == pytest.approx(std, rel=1e-9)   # result.json reports it
     assert any("1-sigma" in line for line in problem.summary())
     for name in ("orbits.png", "masses.png", "curves.png", "result.json", "config.toml", "checkpoint.npz"):
         assert (tmp_path / "whole" / name).stat().st_size > 0

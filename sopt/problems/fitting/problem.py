@@ -183,10 +183,10 @@ class FittingProblem(Problem):
         that does not override it (no cheap forward model) reports no ``uncertainty``."""
         raise NotImplementedError(f"{type(self).__name__} has no forward model for its uncertainty")
 
-    def _flat_fit(self) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
-        """:meth:`fitted` as one float64 vector, the function mapping such a vector back to name -> value, and
-        each element's ``scale``, ``low`` and ``high`` (its ScaledParameter's)."""
-        fitted = self.fitted()
+    def _flat_fit(self, at: dict[str, Value] | None) -> tuple[np.ndarray, Any, dict[str, np.ndarray]]:
+        """``at`` (default :meth:`fitted`) as one float64 vector, the function mapping such a vector back to name
+        -> value, and each element's ``scale``, ``low`` and ``high`` (its ScaledParameter's)."""
+        fitted = self.fitted() if at is None else at
         names = [n for n in self.scaled if n in fitted]
         shapes = {n: np.shape(fitted[n]) for n in names}
         sizes = [int(np.prod(shapes[n])) for n in names]
@@ -199,23 +199,23 @@ class FittingProblem(Problem):
         return x, values, {a: np.repeat([getattr(self.scaled[n], a) for n in names], sizes)
                            for a in ("scale", "low", "high")}
 
-    def jacobian(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the predictions at :meth:`fitted` (n,), their Jacobian (n, p)) in the values of :meth:`fitted`,
-        flattened in its order, by central differences through :meth:`predict` (sopt.problems.fitting.uncertainty)
+    def jacobian(self, at: dict[str, Value] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(the predictions at ``at`` (default :meth:`fitted`) (n,), their Jacobian (n, p)) in those values,
+        flattened in their order, by central differences through :meth:`predict` (sopt.problems.fitting.uncertainty)
         at RELATIVE_STEP x each parameter's scale, within its bounds."""
-        x, values, box = self._flat_fit()
+        x, values, box = self._flat_fit(at)
         return central_jacobian(lambda points: self.predict([values(v) for v in points]), x,
                                 RELATIVE_STEP * box["scale"], box["low"], box["high"])
 
-    def uncertainty(self) -> dict[str, Value] | None:
-        """Name -> one standard deviation of each fitted value (shaped as :meth:`fitted`), from the Gauss-Newton
-        covariance at the fit: :meth:`jacobian` and the noise variance ``noise_std^2``, or the residuals' where
-        that is 0; None for a problem without :meth:`predict`."""
+    def uncertainty(self, at: dict[str, Value] | None = None) -> dict[str, Value] | None:
+        """Name -> one standard deviation of each value of ``at`` (default :meth:`fitted`, and shaped as it), from
+        the Gauss-Newton covariance there: :meth:`jacobian` and the noise variance ``noise_std^2``, or the
+        residuals' where that is 0; None for a problem without :meth:`predict`."""
         if type(self).predict is FittingProblem.predict:   # no forward model
             return None
-        centre, jac = self.jacobian()
+        centre, jac = self.jacobian(at)
         residuals = np.ravel(np.asarray(self.observed, np.float64)) - centre
-        return self._flat_fit()[1](gauss_newton_std(jac, residuals, self.config.noise_std))
+        return self._flat_fit(at)[1](gauss_newton_std(jac, residuals, self.config.noise_std))
 
     def progress_metrics(self) -> dict[str, float | list[float]]:
         """Values added to every metrics record: ``value/<name>`` (a float, or a list for up to

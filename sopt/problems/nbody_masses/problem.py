@@ -13,8 +13,12 @@ each one is identifiable: the sensitivity matrix d(observations)/d(masses) has a
 2 to 5 bodies with masses anywhere in [0.5, 2] over duration 2 (measured on the float64 reference).
 
 Pictures: ``orbits.png`` (observed positions as dots, the fitted and the initial-guess trajectories as lines) and
-``masses.png`` (true and fitted mass per body, with 2-sigma error bars from the Gauss-Newton covariance when
-``noise_std > 0``, and each body's relative error).
+``masses.png`` (true and fitted mass per body, with 2-sigma error bars from the Gauss-Newton covariance, and
+each body's relative error).
+
+Defaults: noisy observations (``noise_std`` 0.01 length units on each coordinate, about 1% of the ring's size)
+and an initial guess of 1 for every mass, away from each true one; result.json's ``uncertainty`` holds each
+body's 1-sigma mass uncertainty (sopt.problems.fitting.uncertainty, 2N + 1 rollouts).
 """
 
 from __future__ import annotations
@@ -74,8 +78,8 @@ class NBodyMassesConfig(FitConfig, problem="nbody_masses"):
     softening: float = Field(0.1, ge=0.02, le=0.5, description="Plummer softening length (length units)")
     steps: int = Field(200, ge=1, le=10_000_000, description="optimiser steps")
     # the ring is 1 to 2 length units across: noise beyond 1 would bury the orbits
-    noise_std: float = Field(0.0, ge=0.0, le=1.0, description="std of the noise on each observed coordinate "
-                                                              "(length units)")
+    noise_std: float = Field(0.01, ge=0.0, le=1.0, description="std of the Gaussian noise on each observed "
+                                                               "coordinate (length units; 0: noise-free)")
 
     @model_validator(mode="after")
     def _fits(self) -> "NBodyMassesConfig":
@@ -174,32 +178,29 @@ class NBodyMasses(FittingProblem):
         return self.loss_fn(self._rollout(self.sim, self.at), self.target)
 
     # -- reporting ---------------------------------------------------------------------------------------------
-    def mass_std(self, masses: np.ndarray) -> np.ndarray | None:
-        """Per-body 1-sigma uncertainty of the fitted masses from the noise level: the Gauss-Newton covariance
-        ``noise_std^2 (J^T J)^-1`` with J = d(observations)/d(masses) by central differences (2N forward runs);
-        None when noise-free."""
-        if self.config.noise_std == 0.0:
-            return None
-        h = 1e-3
-        columns = []
-        for i in range(self.n_bodies):
-            up, down = masses.copy(), masses.copy()
-            up[i] += h
-            down[i] -= h
-            columns.append(((self.simulate(up) - self.simulate(down)) / (2 * h)).ravel())
-        jac = np.stack(columns, axis=1)
-        cov = self.config.noise_std ** 2 * np.linalg.inv(jac.T @ jac)
-        return np.sqrt(np.diag(cov))
+    def predict(self, points: list[dict[str, Any]]) -> np.ndarray:
+        """The observed positions at each point's masses: (len(points), n_observations * N * 2), one rollout each
+        (for the Gauss-Newton uncertainty of FittingProblem; 2N + 1 rollouts)."""
+        return np.stack([self.simulate(np.atleast_1d(point["masses"])).ravel() for point in points])
+
+    def mass_std(self, masses: np.ndarray) -> np.ndarray:
+        """Per-body 1-sigma uncertainty (N,) at ``masses``: FittingProblem.uncertainty there (the Gauss-Newton
+        covariance, ``noise_std^2 (J^T J)^-1``, or with noise-free data the residuals' variance)."""
+        return np.atleast_1d(self.uncertainty({"masses": np.asarray(masses, np.float64)})["masses"])
+
+    def fitted_std(self) -> np.ndarray:
+        """Per-body 1-sigma uncertainty (N,) of the fitted masses: result.json's (computed once at the end of the
+        run), or computed now before that."""
+        return np.atleast_1d((self.uncertainty() if self.std is None else self.std)["masses"])
 
     def summary(self) -> list[str]:
         true = np.asarray(self.config.true.masses)
         fitted = self.masses.numpy()
-        std = self.mass_std(fitted)
-        lines = ["per body:  true      fitted    rel. error" + ("   1-sigma (mass units, from the noise)" if std is not None else "")]
+        std = self.fitted_std()
+        lines = ["per body:  true      fitted    rel. error   1-sigma (mass units)"]
         for i in range(self.n_bodies):
-            extra = f"   {std[i]:.2e}" if std is not None else ""
             err = abs(fitted[i] - true[i]) / true[i]
-            lines.append(f"  body {i}: {true[i]:<9.4g} {fitted[i]:<9.5g} {err:.2e}{extra}")
+            lines.append(f"  body {i}: {true[i]:<9.4g} {fitted[i]:<9.5g} {err:.2e}     {std[i]:.2e}")
         return lines
 
     def plot(self, out_dir: pathlib.Path, history: list[dict[str, Any]]) -> list[pathlib.Path]:
@@ -211,5 +212,5 @@ class NBodyMasses(FittingProblem):
         start = self.x0[None].astype(np.float64)
         plot_orbits(paths[0], self.observed, np.concatenate([start, self.simulate(fitted, fine)]),
                     np.concatenate([start, self.simulate(self.initial_guess, fine)]))
-        plot_masses(paths[1], true, fitted, self.mass_std(fitted))
+        plot_masses(paths[1], true, fitted, self.fitted_std())
         return paths
