@@ -79,7 +79,7 @@ def test_central_differences_stay_inside_the_bounds():
 def test_the_truth_lies_within_two_reported_sigmas_in_most_noisy_fits(tmp_path):
     """20 seeds of noisy data (5 cm on the tiny scene's positions) fitted from the default initial guess: the
     reported sigma is right when about 95% of the parameter-fits lie within 2 sigma of the truth and about 68%
-    within 1 sigma (too large a sigma would put all of them inside)."""
+    within 1 sigma (too large a sigma would put all of them inside); measured on lavapipe: 78 and 61 of 80."""
     z = []
     for seed in range(20):
         config = load_config(ProjectileConfig, None, {**TINY, "noise_std": 0.05, "multi_start": 3, "steps": 100,

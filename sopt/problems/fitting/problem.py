@@ -87,7 +87,8 @@ class FittingProblem(Problem):
     :class:`~sopt.problems.fitting.config.FitConfig` subclass), ``description`` (one line for ``--help``).
 
     Subclasses implement :meth:`objective` and may override :meth:`fitted`, :meth:`true_values`,
-    :meth:`evaluate`, :meth:`progress_metrics`, :meth:`plot` and :meth:`summary`.
+    :meth:`evaluate`, :meth:`predict` (then result.json reports each parameter's :meth:`uncertainty`),
+    :meth:`progress_metrics`, :meth:`plot` and :meth:`summary`.
     """
 
     name: ClassVar[str]
