@@ -7,7 +7,9 @@ Compiled shaders are cached on disk (``SOPT_CACHE_DIR``, default ``$XDG_CACHE_HO
 ``~/.cache/sopt``) so that a second process does not recompile every kernel. A kernel's first compile can
 take seconds (tens on the software driver); :func:`compiling` says so on the ``"sopt"`` logger (stderr by
 default; ``logging.getLogger("sopt").setLevel(logging.WARNING)`` silences it) when the disk cache has not
-seen that kernel before. An unwritable cache folder is reported once and sopt runs without a disk cache.
+seen that kernel before, numbered, and once compiled how long it took (:func:`compiles` lists them;
+:func:`compile_seconds` is the time first uses took, which the Trainer's progress bar leaves out of its rate).
+An unwritable cache folder is reported once and sopt runs without a disk cache.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import pathlib
 import sys
 import tempfile
+import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
@@ -27,10 +30,26 @@ import slangpy as spy
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler writing to whatever ``sys.stderr`` is when a record comes (not the one at import): so
+    ``contextlib.redirect_stderr`` catches compile notices, and tqdm's ``logging_redirect_tqdm`` (the Trainer's,
+    which prints them above its bar) recognises it as the console handler it replaces."""
+
+    @property   # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass   # always the current sys.stderr
+
+
 log = logging.getLogger("sopt")
 if not log.handlers:
     # compile notices should reach a user who configured no logging; their own config can still take over
-    _handler = logging.StreamHandler(sys.stderr)
+    _handler = _StderrHandler()
     _handler.setFormatter(logging.Formatter("sopt: %(message)s"))
     log.addHandler(_handler)
     log.setLevel(logging.INFO)
@@ -69,6 +88,8 @@ _unwritable_warned: set[pathlib.Path] = set()
 _modules: dict[str, spy.Module] = {}
 _kernels: dict[tuple[str, str], spy.ComputeKernel] = {}
 _dispatches = 0
+_compiles: list[tuple[str, float]] = []   # (label, seconds) of each compile the disk cache had not seen
+_compile_seconds = 0.0                     # host seconds in first uses of kernels in this process (compiles or loads)
 
 
 def _cuda_driver_missing() -> str | None:
@@ -163,8 +184,10 @@ def _slang_sources_digest() -> str:
 @contextlib.contextmanager
 def compiling(what: str) -> Iterator[None]:
     """Wrap the first use in a process of a kernel whose compile may be slow: logs "compiling kernels for
-    ``what``" before it unless the disk cache has compiled it before (a marker per kernel and sources
-    version, written once the body succeeds). Within one process each ``what`` is checked once."""
+    ``what``" before it, numbered, and "compiled ``what`` in S s" after it, unless the disk cache has compiled it
+    before (a marker per kernel and sources version, written once the body succeeds). Within one process each
+    ``what`` is checked once; the time of every first use, cached or not, adds to :func:`compile_seconds`."""
+    global _compile_seconds
     if what in _compiled_here:
         yield
         return
@@ -173,19 +196,54 @@ def compiling(what: str) -> Iterator[None]:
     if _disk_cache is not None:
         digest = hashlib.sha1(f"{_slang_sources_digest()}|{what}".encode()).hexdigest()
         marker = _disk_cache / "compiled" / digest
-    first = marker is not None and not marker.exists()
+    compiles = marker is None or not marker.exists()
+    number = len(_compiles) + 1
     if marker is None:
-        log.info("compiling kernels for %s on %s (no disk cache)", what, device_name)
-    elif first:
-        log.info("compiling kernels for %s on %s (first use; cached in %s afterwards)", what, device_name, _disk_cache)
-    yield
+        log.info("compiling kernels for %s on %s (no disk cache), compile %d ...", what, device_name, number)
+    elif compiles:
+        log.info("compiling kernels for %s on %s (first use; cached in %s afterwards), compile %d ...", what,
+                 device_name, _disk_cache, number)
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        # a failed compile took its time too; the progress bar must not count it as training
+        seconds = time.perf_counter() - began
+        _compile_seconds += seconds
     _compiled_here.add(what)
-    if first:
+    if compiles:
+        _compiles.append((what, seconds))
+        log.info("compiled %s in %.1f s (compile %d; %.1f s compiling in this process)", what, seconds, number,
+                 sum(s for _, s in _compiles))
+    if compiles and marker is not None:
         try:
             marker.parent.mkdir(exist_ok=True)
             marker.touch()
         except OSError:
             pass  # the notice repeats next time; nothing else depends on the marker
+
+
+def compiles() -> list[tuple[str, float]]:
+    """(kernel label, seconds) of each compile in this process that the disk cache had not seen, in order (a
+    copy): what ``sopt warmup`` reports, and what a second process with the same cache no longer does."""
+    return list(_compiles)
+
+
+def compile_seconds() -> float:
+    """Host seconds this process spent in kernels' first uses (compiles, or loads from the disk cache): time
+    that is not training, which the Trainer's progress bar leaves out of its rate and ETA."""
+    return _compile_seconds
+
+
+def disk_cache() -> pathlib.Path | None:
+    """The device's writable shader cache folder (``cache_dir()/<kind>``), or None when it runs without one."""
+    get_device()
+    return _disk_cache
+
+
+def kernels_used() -> int:
+    """How many distinct kernels this process has used (compiled or loaded from the disk cache)."""
+    return len(_compiled_here)
 
 
 def load_module(name: str) -> spy.Module:
@@ -387,6 +445,7 @@ def synchronize() -> None:
 
 
 __all__: Sequence[str] = (
-    "BoundKernel", "DeviceUnavailableError", "cache_dir", "compiling", "count_dispatch", "device_kind", "dispatch_count",
-    "get_device", "load_kernel", "load_module", "slang_lib_path", "submit", "synchronize",
+    "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
+    "device_kind", "disk_cache", "dispatch_count", "get_device", "kernels_used", "load_kernel", "load_module",
+    "slang_lib_path", "submit", "synchronize",
 )

@@ -6,6 +6,7 @@
     sopt config fit_projectile > fit.toml          # a complete default config, every key documented
     sopt run fit.toml optimizer.learning_rate=0.05 steps=200 [--out DIR]
     sopt run --problem fit_projectile steps=50     # the defaults, with overrides
+    sopt warmup fit_projectile                     # compile its kernels ahead of the first run (or --all)
     sopt resume runs/fit_projectile/20261123-101500-3fa2c1
     sopt sweep fit.toml optimizer.learning_rate=0.01,0.1 seed=range(0,2) --jobs 2
     sopt report runs/fit_projectile
@@ -236,12 +237,14 @@ COMMANDS = {
               "grid or random search over config keys, locally or on Ray"),
     "report": (lambda argv: _delegate("sopt.experiments.report", "report_main")(argv),
                "compare runs and sweeps: table and plots"),
+    "warmup": (lambda argv: _delegate("sopt.experiments.warmup", "warmup_main")(argv),
+               "compile a problem's kernels into the disk cache ahead of its first run"),
     "problems": (cmd_problems, "list the problems"),
     "config": (cmd_config, "print a problem's default config, documented"),
 }
 
 
-LIGHT_COMMANDS = ("run", "resume", "config", "problems")   # those that never need torch
+LIGHT_COMMANDS = ("run", "resume", "warmup", "config", "problems")   # those that never need torch
 
 
 def main(argv: list[str] | None = None) -> int:

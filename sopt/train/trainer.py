@@ -27,22 +27,25 @@ the step put in ``tape.metrics``), stops on a non-finite one, and runs the callb
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import logging
 import math
 import time
 from typing import Any, Iterable
 
 import numpy as np
 import slangpy as spy
-from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from sopt import checkpoint
+from sopt import checkpoint, device
 from sopt.nn.module import Module
 from sopt.parameter import parameters_of
 from sopt.tape import Tape, loss_scalar
 from sopt.train.callback import Callback
 from sopt.train.checkpointing import Checkpoint
+from sopt.train.progress import TrainingBar, TrainingRate
 from sopt.validation import check_bool, check_int
 
 
@@ -177,7 +180,8 @@ class Trainer:
         scheduler_metric: the metric given to such a scheduler ("loss", or an Evaluate metric).
         callbacks: :class:`~sopt.train.Callback` instances (Evaluate, JSONLLogger, EarlyStopping, Checkpoint).
         log_every: steps between loss reads (each read waits for the GPU); also the progress-bar update rate.
-        progress: show a tqdm bar with the loss, the evaluation metrics and steps/s.
+        progress: show a tqdm bar with the loss, the evaluation metrics and steps/s; its rate and ETA leave out
+            steps that compiled kernels (:mod:`sopt.train.progress`), whose notices print above it.
 
     ``step`` counts completed steps; the batch of step ``s`` (0-based) is ``sampler.sample(s)``, so a run
     resumed from a checkpoint (:meth:`restore`) draws the same batches as one that never stopped.
@@ -333,16 +337,28 @@ class Trainer:
         saved_poll = getattr(self.optimizer, "poll_every", None)
         if saved_poll is not None:
             self.optimizer.poll_every = 0
-        bar = tqdm(total=steps, initial=min(self.step, steps), unit="step", disable=not self.progress,
-                   dynamic_ncols=True)
+        bar = TrainingBar(total=steps, initial=min(self.step, steps), unit="step", disable=not self.progress,
+                          dynamic_ncols=True)
+        # the bar's rate and ETA leave out steps that compiled kernels (minutes on a first run); the notices of
+        # those compiles are printed above the bar rather than through it
+        bar.training_rate = rate = TrainingRate()
+        notices = contextlib.ExitStack()
         start = time.perf_counter()
         since = (self.step, start)
         error: NonFiniteError | None = None
         for cb in self.callbacks:
             cb.on_train_start(self)
+        waited = False   # whether the last metrics step waited for the GPU (the interval rate.tick measures)
+        compiled = len(device.compiles())
         try:
+            if self.progress:
+                notices.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("sopt")],
+                                                            tqdm_class=TrainingBar))
             while self.step < steps:
                 loss_value = self.train_step()
+                # the previous step's metrics read and callbacks, and this step: a compile leaves them out
+                rate.tick(synced=waited)
+                waited = False
                 bar.update(1)
                 if self._stop_asked is not None:
                     self._stop_reason, self._stop_asked = self._stop_asked, None
@@ -351,7 +367,14 @@ class Trainer:
                 final = self.step == steps or self._stop_reason is not None
                 if not self.is_metrics_step(self.step, final):
                     continue
+                if len(device.compiles()) > compiled:
+                    # lavapipe compiles a kernel when it first runs: this wait can be the longest part of a first run
+                    fresh, compiled = len(device.compiles()) - compiled, len(device.compiles())
+                    logging.getLogger("sopt").info("waiting for the GPU at step %d: it runs %d newly compiled "
+                                                   "kernel(s) for the first time (a driver may compile them only "
+                                                   "now) ...", self.step, fresh)
                 metrics = self._read_metrics(loss_value, since, start)
+                waited = True
                 since = (self.step, time.perf_counter())
                 for cb in self.callbacks:
                     if final or self._stop_reason is not None or cb.due(self.step):
@@ -365,6 +388,7 @@ class Trainer:
         except NonFiniteError as exc:
             error = exc
         finally:
+            notices.close()
             bar.close()
             if saved_poll is not None:
                 self.optimizer.poll_every = saved_poll
