@@ -64,7 +64,7 @@ def warmup_main(argv: list[str]) -> int:
     """``sopt warmup PROBLEM|CONFIG [overrides]`` or ``sopt warmup --all``; returns the exit status."""
     from sopt.config.schema import ConfigError
     from sopt.experiments.cli import CommandParser, _fail, _is_override, load_run_config, sopt_device_error
-    from sopt.experiments.problem import problem_class, problem_names
+    from sopt.experiments.problem import problem_names
 
     parser = CommandParser(prog="sopt warmup", description="Compile a problem's kernels into the disk cache "
                            "(SOPT_CACHE_DIR) ahead of its first run: builds it from its config, trains one step and "
@@ -89,7 +89,7 @@ def warmup_main(argv: list[str]) -> int:
             configs = [load_run_config(None, name, []) for name in problem_names()]
         else:
             first, overrides = words[0], words[1:]
-            as_file = first.endswith((".toml", ".json")) or pathlib.Path(first).is_file()
+            as_file = first.endswith((".toml", ".json"))   # a config file, as sopt run takes; else a problem's name
             configs = [load_run_config(first if as_file else None, None if as_file else first, overrides)]
     except ConfigError as exc:
         return _fail(exc)
