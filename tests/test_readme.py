@@ -47,6 +47,18 @@ def test_the_tour_runs_and_recovers_its_parameters(tmp_path: pathlib.Path) -> No
     assert (tmp_path / "wave.ckpt").is_file()
 
 
+def test_the_simulator_fit_runs_and_recovers_the_stiffness(tmp_path: pathlib.Path) -> None:
+    """"A simulator fit on the tape" defines every name it uses (observed_x was never defined before) and fits the
+    cloth's stiffness from 80 N/m to the true 120 N/m, ending at a loss near the 1 mm noise's variance."""
+    block = [b for b in runnable_blocks((REPO / "README.md").read_text()) if "SpringSystem" in b]
+    assert len(block) == 1, "README.md: the simulator fit is not (or not once) marked runnable"
+    out = run_block(block[0], tmp_path)
+    fitted = re.search(r"^k = ([-\d.]+) N/m \(true 120\), loss ([-\d.e+]+)$", out, re.M)
+    assert fitted, out
+    k, loss = map(float, fitted.groups())
+    assert abs(k - 120.0) < 1.2, out              # 1%; the noise moves it by about 0.1 N/m
+    assert 5e-7 < loss < 2e-6, out                # the noise variance is 1e-6 m^2
+
 def test_an_installed_copy_records_the_commit_it_was_built_from(tmp_path: pathlib.Path) -> None:
     """env.json's git_commit (README: run directories record the git commit) is filled in for `pip install .` too:
     the build hook writes the checkout's commit into the wheel's sopt/_build_info.py; run from the checkout, git is
