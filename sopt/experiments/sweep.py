@@ -26,7 +26,9 @@ from sopt.config.schema import ConfigError
 from sopt.experiments.local_executor import LocalExecutor, TrialCommand
 from sopt.experiments.problem import SPEC
 from sopt.experiments.prune import make_pruner
+from sopt.experiments.report_table import LAST_LOGGED, NEVER_BEST, best_run, ranking_value, ranks_by_curve
 from sopt.experiments.run_dir import check_name
+from sopt.experiments.run_records import read_run
 from sopt.experiments.cli import CommandParser
 from sopt.experiments.search_space import SearchSpace, SpaceError, format_value, parse_space, parse_value
 from sopt.experiments.sweep_dir import SweepDir, Trial, sweep_hash
@@ -203,17 +205,31 @@ def _cell(value: Any, digits: int) -> str:
     return format_value(value) if not isinstance(value, str) else value
 
 
-def trial_table(trials: Sequence[Trial], axes: Sequence[str], metric: str, mode: str) -> str:
-    """The summary table (id, each swept key, status, metric) and a line naming the best finished trial."""
+def trial_table(trials: Sequence[Trial], axes: Sequence[str], metric: str, mode: str,
+                trial_dir: Callable[[Trial], pathlib.Path]) -> str:
+    """The summary table (id, each swept key, status, metric) and a line naming the best trial as ``sopt report``
+    ranks it (sopt.experiments.report_table.best_run over the trials' run directories, ``trial_dir``): by the
+    metric's last value in metrics.jsonl where the trials log it (where curves.png's curve ends, what the pruner
+    judged), not by summary.json's final value, which a problem may evaluate anew (fit_projectile)."""
     header = ["id", *axes, "status", metric]
     rows = [[t.id, *(_cell(t.params.get(a), 4) for a in axes), t.status, _cell(t.metrics.get(metric), 6)]
             for t in trials]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
-    done = [t for t in trials if t.status == "finished" and isinstance(t.metrics.get(metric), (int, float))]
-    if done:
-        best = (min if mode == "min" else max)(done, key=lambda t: t.metrics[metric])
-        lines.append(f"best: {best.id} ({metric} {best.metrics[metric]:.6g}) {' '.join(best.overrides)}")
+    records = {}
+    for t in trials:
+        if t.status in NEVER_BEST:   # nothing to read (pending) or no result (failed)
+            continue
+        record = read_run(trial_dir(t))
+        record.status = t.status      # the sweep's verdict (pruned) over the trial's own summary
+        records[t.id] = record
+    by_curve, split = ranks_by_curve(list(records.values()), metric)
+    best = best_run(list(records.values()), metric, mode, by_curve)
+    if best is not None:
+        trial = next(t for t in trials if records.get(t.id) is best)
+        label = f"{metric} {LAST_LOGGED}" if split else metric
+        lines.append(f"best: {trial.id} ({label} {ranking_value(best, metric, by_curve):.6g}) "
+                     f"{' '.join(trial.overrides)}")
     return "\n".join(lines)
 
 
@@ -353,7 +369,7 @@ def sweep_main(argv: Sequence[str], trial_command: TrialCommand | None = None,
             executor = LocalExecutor(sweep, trial_command, str(config), jobs, args.gpus, args.trials_per_gpu or 1,
                                      pruner, args.metric, args.mode, args.retry_failed, log)
             interrupted = executor.run()
-        log(trial_table(sweep.trials, [a.name for a in space.axes], args.metric, args.mode))
+        log(trial_table(sweep.trials, [a.name for a in space.axes], args.metric, args.mode, sweep.trial_dir))
         counts = sweep.counts()
         summary = ", ".join(f"{n} {s}" for s, n in counts.items())
         if interrupted:

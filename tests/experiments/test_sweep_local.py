@@ -213,3 +213,24 @@ def test_real_sopt_run_trials(tmp_path, monkeypatch, capsys):
         resolved = (out / t["dir"] / "config.toml").read_text()
         assert f"learning_rate = {t['params']['optimizer.learning_rate']}" in resolved
     assert trials[0]["metrics"]["loss"] != trials[1]["metrics"]["loss"]
+
+
+def test_the_best_line_ranks_as_sopt_report_by_where_each_curve_ends(tmp_path):
+    # fake trials as fit_projectile leaves them: summary.json's final loss (the best start's, evaluated anew)
+    # ranks them the other way round from their logged curves, which sopt report and the pruner rank by
+    from sopt.experiments.sweep import trial_table
+    from sopt.experiments.sweep_dir import Trial
+    curves = {"trial-000": ([40.0, 30.0], 15.8), "trial-001": ([25.0, 10.0], 33.9), "trial-002": ([5.0], 1.0)}
+    trials = []
+    for (name, (curve, final)), status in zip(curves.items(), ["finished", "finished", "failed"]):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": 10 * (i + 1), "loss": v}) + "\n"
+                                                       for i, v in enumerate(curve)))
+        (run_dir / "summary.json").write_text(json.dumps({"status": status, "metrics": {"loss": final}}))
+        trials.append(Trial(id=name, dir=name, params={"x": len(trials)}, overrides=[f"x={len(trials)}"],
+                            status=status, metrics={"loss": final}))
+    lines = trial_table(trials, ["x"], "loss", "min", lambda t: tmp_path / t.dir).splitlines()
+    assert lines[-1] == "best: trial-001 (loss (last logged) 10) x=1"     # trial-002 failed: never the best
+    lines = trial_table(trials, ["x"], "loss", "max", lambda t: tmp_path / t.dir).splitlines()
+    assert lines[-1] == "best: trial-000 (loss (last logged) 30) x=0"
