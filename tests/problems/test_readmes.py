@@ -10,13 +10,17 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
+from typing import Any
 
 import pytest
 
+from sopt.config.schema import defaults
 from sopt.experiments.cli import load_run_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 READMES = sorted((REPO / "sopt" / "problems").glob("*/README.md"))
+DEFAULTS_MARK = "<!-- the defaults"   # the comment line before the TOML block that shows the defaults
 
 
 def commands(text: str) -> list[list[str]]:
@@ -106,3 +110,81 @@ def test_a_wrong_key_or_file_is_caught(tmp_path: pathlib.Path) -> None:
     readme.write_text("```bash\nsopt run --problem fit_projectile stepz=3\n```\n")
     with pytest.raises(Exception, match="stepz"):
         check_readme(readme, tmp_path)
+
+
+def toml_blocks(text: str) -> list[tuple[bool, str]]:
+    """The README's ```toml blocks, each with whether a DEFAULTS_MARK comment line directly precedes it."""
+    return [(bool(mark), body) for mark, body in
+            re.findall(r"^(" + re.escape(DEFAULTS_MARK) + r".*?-->\n)?```toml\n(.*?)^```$", text, flags=re.M | re.S)]
+
+
+def differences(shown: dict[str, Any], default: Any, prefix: str = "") -> list[str]:
+    """Each key of ``shown`` (nested tables as dotted keys) whose value is not ``default``'s."""
+    out = []
+    for key, value in shown.items():
+        have = default.get(key) if isinstance(default, dict) else None
+        if isinstance(value, dict):
+            out += differences(value, have, f"{prefix}{key}.")
+        elif value != have or type(value) is not type(have):
+            out.append(f"{prefix}{key} shows {value!r}, the default is {have!r}")
+    return out
+
+
+def check_toml(readme: pathlib.Path, folder: pathlib.Path) -> None:
+    """AssertionError (or load_run_config's ConfigError) naming the first wrong config block of ``readme``: each
+    ```toml block, saved as a file, is what `sopt run FILE` takes (its own `problem` key, every key in the schema,
+    every value allowed); the one marked as the defaults shows only default values, and `# key =   (unset)` only
+    for keys unset by default (as `sopt config` prints them); no config is shown as JSON."""
+    problem = readme.parent.name
+    text = readme.read_text()
+    assert "```json" not in text, f"{readme}: a JSON block; configs are shown as TOML, as `sopt config` prints them"
+    blocks = toml_blocks(text)
+    assert [marked for marked, _ in blocks].count(True) == 1, f"{readme}: not one TOML block marked {DEFAULTS_MARK!r}"
+    for i, (marked, body) in enumerate(blocks):
+        where = f"{readme}: TOML block {i + 1}"
+        try:
+            shown = tomllib.loads(body)
+        except tomllib.TOMLDecodeError as e:
+            raise AssertionError(f"{where}: {e}") from None
+        assert shown.get("problem") == problem, f"{where}: problem = {shown.get('problem')!r}, not {problem!r}"
+        (folder / f"block{i + 1}.toml").write_text(body)
+        cls, _ = load_run_config(str(folder / f"block{i + 1}.toml"), None, [])
+        if marked:
+            default = defaults(cls.schema)
+            wrong = differences(shown, default)
+            for key in re.findall(r"^# ([\w.]+) =   \(unset\)$", body, flags=re.M):   # within the section above it
+                section = re.findall(r"^\[([\w.]+)\]$", body[:body.index(f"# {key} =")], flags=re.M)
+                dotted = ".".join([*section[-1:], key])
+                value: Any = default
+                for part in dotted.split("."):
+                    value = value.get(part, "no such key") if isinstance(value, dict) else "no such key"
+                if value is not None:
+                    wrong.append(f"{dotted} shows (unset), the default is {value!r}")
+            assert not wrong, f"{where} (the defaults): " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("readme", READMES, ids=[r.parent.name for r in READMES])
+def test_readme_configs_are_valid_toml_for_the_problem(readme: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    check_toml(readme, tmp_path)
+
+
+def test_a_wrong_config_block_is_caught(tmp_path: pathlib.Path) -> None:
+    """The check fails on what a README could show wrongly: JSON, a misspelt key, a value off the defaults, another
+    problem's block."""
+    readme = tmp_path / "fit_projectile" / "README.md"
+    readme.parent.mkdir()
+    marked = DEFAULTS_MARK + " -->\n"
+    cases = {'```json\n{"steps": 300}\n```\n': "JSON block",
+             marked + '```toml\nproblem = "fit_projectile"\nstepz = 300\n```\n': "stepz",
+             marked + '```toml\nproblem = "fit_projectile"\nsteps = 301\n```\n': "steps shows 301",
+             marked + '```toml\nproblem = "fit_projectile"\n\n[true]\ndrag = 0.05\n```\n': "true.drag shows 0.05",
+             marked + '```toml\nproblem = "fit_projectile"\n# steps =   (unset)\n```\n': "steps shows .unset.",
+             marked + '```toml\nproblem = "fit_cloth"\n```\n': "problem = 'fit_cloth'",
+             '```toml\nproblem = "fit_projectile"\n```\n': "not one TOML block marked"}
+    for text, message in cases.items():
+        readme.write_text(text)
+        with pytest.raises(Exception, match=message):
+            check_toml(readme, tmp_path)
+    readme.write_text(marked + '```toml\nproblem = "fit_projectile"\nsteps = 300\n# multi_start =   (unset)\n```\n')
+    with pytest.raises(AssertionError, match="multi_start shows .unset., the default is 8"):
+        check_toml(readme, tmp_path)
