@@ -1,7 +1,8 @@
 """sopt.problems.fit_cloth: the horizontal cloth and its smooth stiffness field, the smoothness regulariser against its
 float64 reference (value and gradient), the observations against the float64 spring integrator, the whole
-objective's gradient against central differences, recovery within 1% (shared, and per spring), a noisy fit, a
-resumed run equal to the uninterrupted one, and one-line config errors."""
+objective's gradient against central differences, recovery within 1% (shared, and per spring), a noisy fit, the
+noisy default and its uncertainty's coverage of the truth over seeds, a resumed run equal to the uninterrupted one,
+and one-line config errors."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_smoothness_value_and_gradient_match_the_float64_reference():
 
 # -- the problem ---------------------------------------------------------------------------------------------------
 def test_observations_follow_the_float64_spring_integrator():
-    config = load_config(ClothConfig, None, {**TINY, "per_spring": True, "prestretch": 0.1,
+    config = load_config(ClothConfig, None, {**TINY, "per_spring": True, "prestretch": 0.1, "noise_std": 0.0,
                                              "true": {"stiffness_variation": 0.3}})
     problem = FitCloth(config)
     grid, springs, pinned = horizontal_cloth(4, 4, config.spacing)
@@ -129,7 +130,7 @@ def test_the_objectives_gradient_matches_central_differences():
     {"stiffness": 50.0, "damping": 0.2},      # soft and strongly damped
 ], ids=["stiff_light_damping", "soft_heavy_damping"])
 def test_noise_free_data_recover_shared_parameters_within_one_percent(true, tmp_path):
-    config = load_config(ClothConfig, None, {"true": true})   # the default fit
+    config = load_config(ClothConfig, None, {"true": true, "noise_std": 0.0})   # the default fit, noise-free
     result = run(FitCloth, config, tmp_path / "out", progress=False).result
     assert result["true"] == {**true}
     for name in ("stiffness", "damping"):
@@ -140,13 +141,14 @@ def test_noise_free_data_recover_shared_parameters_within_one_percent(true, tmp_
 
 def test_noise_free_data_recover_a_per_spring_field_within_one_percent(tmp_path):
     # the per-spring range's corner of the most damping (the default fit; 0.76% in the float64 prototype)
-    config = load_config(ClothConfig, None, {"per_spring": True, "true": {"stiffness": 120.0, "damping": 0.2,
-                                                                          "stiffness_variation": 0.3}})
+    config = load_config(ClothConfig, None, {"per_spring": True, "noise_std": 0.0,
+                                             "true": {"stiffness": 120.0, "damping": 0.2, "stiffness_variation": 0.3}})
     result = run(FitCloth, config, tmp_path / "out", progress=False).result
     assert result["rel_error"]["stiffness"] < 0.01, result["rel_error"]
     assert result["rel_error"]["damping"] < 0.01, result["rel_error"]
     assert len(result["fitted"]["stiffness"]) == len(result["true"]["stiffness"]) == 210
     assert (tmp_path / "out" / "stiffness_field.png").stat().st_size > 10_000
+    assert "uncertainty" not in result   # 2 S + 3 rollouts for its Jacobian: skipped per spring
 
 
 def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
@@ -162,6 +164,30 @@ def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
     assert 0.9 * sigma ** 2 < result["loss"] < 1.1 * sigma ** 2
     assert result["rel_error"]["stiffness"] < 0.02
     assert 1e-5 < max(result["rel_error"].values()) < 0.5
+
+
+def test_the_default_starts_away_from_the_truth_with_noisy_data():
+    config = ClothConfig()
+    assert config.noise_std > 0.0
+    for name, true in config.true.model_dump().items():
+        if name in type(config.init).model_fields:
+            assert abs(getattr(config.init, name) - true) > 0.05 * true, name   # 8% and 67% off
+
+
+def test_the_reported_uncertainty_covers_the_truth_over_noisy_fits(tmp_path):
+    # the default config (1 mm noise) over 6 seeds, 100 steps (converged to well within a sigma): the truth lies
+    # within 2 sigma of the fit in most, and the sigmas are those of the Gauss-Newton covariance, not 0 or inf
+    inside = {"stiffness": 0, "damping": 0}
+    seeds = range(6)
+    for seed in seeds:
+        config = load_config(ClothConfig, None, {"seed": seed, "steps": 100})
+        result = run(FitCloth, config, tmp_path / f"seed{seed}", progress=False).result
+        assert result["uncertainty"].keys() == result["fitted"].keys()
+        for name in inside:
+            std = result["uncertainty"][name]
+            assert 0.0 < std < 0.05 * result["true"][name], (name, std)
+            inside[name] += abs(result["fitted"][name] - result["true"][name]) < 2.0 * std
+    assert all(n >= len(seeds) - 1 for n in inside.values()), inside
 
 
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys):
