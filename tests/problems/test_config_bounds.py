@@ -3,10 +3,10 @@ needs is estimated from its sizes (sopt.problems.limits) without building anythi
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 import time
+import tomllib
 import types
 import typing
 from typing import Any, Iterator
@@ -166,11 +166,12 @@ def test_the_host_memory_is_what_meminfo_says_is_available():
 
 # -- the problems' READMEs ---------------------------------------------------------------------------------------------
 def readme_configs() -> list[tuple[str, dict[str, Any]]]:
-    """(problem, config) of every ```json block in the problems' READMEs."""
+    """(problem, config) of every ```toml block in the problems' READMEs (configs are shown as sopt config prints
+    them; tests/problems/test_readmes.py checks there are no JSON ones)."""
     out = []
     for name in PROBLEMS:
         text = (ROOT / "sopt" / "problems" / name / "README.md").read_text(encoding="utf-8")
-        out += [(name, json.loads(block)) for block in re.findall(r"```json\n(.*?)```", text, re.S)]
+        out += [(name, tomllib.loads(block)) for block in re.findall(r"```toml\n(.*?)```", text, re.S)]
     return out
 
 
