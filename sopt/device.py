@@ -101,11 +101,41 @@ def _cuda_driver_missing() -> str | None:
         return f"NVIDIA driver library not loadable ({exc})"
 
 
+_torch_index: int | None = None   # the torch CUDA device whose context sopt's device shares, if any
+
+
+def _torch_context_handles() -> list[Any] | None:
+    """Native handles of torch's current CUDA context when torch is already imported and has CUDA, else None: a
+    device made on them shares torch's context (spy.create_torch_device does the same), so arrays pass between
+    sopt and torch without copies. torch is never imported here: importing it costs seconds."""
+    global _torch_index
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    torch.cuda.init()
+    index = torch.cuda.current_device()
+    torch.cuda.current_stream()   # makes torch create its context on that device
+    with torch.cuda.device(index):
+        handles = spy.get_cuda_current_context_native_handles()
+    _torch_index = index
+    return handles
+
+
+def torch_device_index() -> int | None:
+    """The torch CUDA device (its index) whose context sopt's device shares, or None (Vulkan, or a CUDA device made
+    before torch was imported). sopt.torch passes arrays without copies only on that device."""
+    get_device()
+    return _torch_index
+
+
 def _create(kind: str) -> spy.Device:
+    global _torch_index
+    handles = None
     if kind == "cuda":
         missing = _cuda_driver_missing()
         if missing:
             raise RuntimeError(missing)
+        handles = _torch_context_handles()
     global _disk_cache
     cache = _writable_cache(cache_dir() / kind)
     caches = {} if cache is None else {"shader_cache_path": str(cache / "shaders"),
@@ -116,7 +146,10 @@ def _create(kind: str) -> spy.Device:
         compiler_options={"include_paths": [str(slang_lib_path()), str(spy.SHADER_PATH)]},
         label="sopt",
         **caches,
+        **({"existing_device_handles": handles} if handles else {}),
     )
+    if handles is None:
+        _torch_index = None
     _disk_cache = cache
     return device
 
@@ -435,8 +468,14 @@ def dispatch_count() -> int:
 
 
 def submit(encoder: spy.CommandEncoder) -> None:
-    """Submit the commands recorded in ``encoder``; the host does not wait for them."""
-    get_device().submit_command_buffer(encoder.finish())
+    """Submit the commands recorded in ``encoder``; the host does not wait for them. On a device sharing torch's
+    CUDA context they run on torch's current stream, ordered with torch's own work without a host wait."""
+    device = get_device()
+    if _torch_index is not None:
+        stream = sys.modules["torch"].cuda.current_stream(_torch_index).cuda_stream
+        device.submit_command_buffer(encoder.finish(), cuda_stream=spy.NativeHandle.from_cuda_stream(stream))
+        return
+    device.submit_command_buffer(encoder.finish())
 
 
 def synchronize() -> None:
@@ -447,5 +486,5 @@ def synchronize() -> None:
 __all__: Sequence[str] = (
     "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
     "device_kind", "disk_cache", "dispatch_count", "get_device", "kernels_used", "load_kernel", "load_module",
-    "slang_lib_path", "submit", "synchronize",
+    "slang_lib_path", "submit", "synchronize", "torch_device_index",
 )
