@@ -42,6 +42,7 @@ wrote one), so all parameters are stepped together like torch with ``zero_grad(s
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, ClassVar, Iterable
 
@@ -56,6 +57,13 @@ from sopt.optim.state_dict import StateDict
 from sopt.validation import check_bool, check_float, check_float32, check_int
 
 __all__ = ["Optimizer", "SCHEDULE_GROUP_KEYS"]
+
+
+def _torch_link(params: list[Any]) -> Any:
+    """sopt.torch's link keeping torch parameters among ``params`` in step with the arena, or None (none there;
+    never imports sopt.torch, which only adopted Parameters can come from)."""
+    module = sys.modules.get("sopt.torch.optimizer_link")
+    return module.link_for(params) if module is not None else None
 
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
 MAX_GROUPS = 16        # parameter groups one dispatch handles
@@ -139,8 +147,11 @@ class Optimizer(StateDict):
         self.double_buffer = double_buffer
         self.poll_every = poll_every
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
+        self._torch_link = _torch_link([p for g in self.param_groups for p in g["params"]])
         self.arena = ParameterArena([g["params"] for g in self.param_groups], double=self._pass in _DOUBLE_BUFFERED)
         self._ensure_states()
+        if self._torch_link is not None:
+            self._torch_link.after_step()   # torch parameters now view (or hold) the arena's values
         device = dev.get_device()
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
                                          usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
@@ -284,8 +295,13 @@ class Optimizer(StateDict):
         is submitted.
         """
         own = encoder is None
+        link = self._torch_link
+        if link is not None:
+            link.check_encoder(not own)
         if own:
             encoder = dev.get_device().create_command_encoder()
+        if link is not None:
+            link.before_step(encoder)   # torch gradients (and values torch changed) into the arena
         self._ensure_states(encoder=encoder)
         check = self._pass
         arena = self.arena
@@ -326,6 +342,8 @@ class Optimizer(StateDict):
             arena.flip()
         if own:
             dev.submit(encoder)
+        if link is not None:
+            link.after_step()   # torch parameters follow the values the step wrote
         if check != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
 
@@ -357,6 +375,8 @@ class Optimizer(StateDict):
         n_vec = self.arena.n_vec
         self._kernel("fill").set(arena=self.arena.buffer, fill_first=0, fill_count=n_vec,
                                  fill_value=0.0).dispatch(n_vec)
+        if self._torch_link is not None:
+            self._torch_link.zero_grad()
 
     def _restart_counts(self, step: int, skipped: int) -> None:
         """Continue from ``step`` applied and ``skipped`` skipped steps (load_state_dict): a fresh control buffer

@@ -1,0 +1,76 @@
+"""Where torch tensors meet sopt's device: zero-copy on a shared CUDA context, host copies on Vulkan.
+
+Two pairings work:
+
+- **shared** (sopt on CUDA, made after ``import torch``, so it shares torch's context; see
+  ``sopt.device.torch_device_index``): CUDA tensors of that device pass without a host copy (a device-to-device
+  copy into sopt's arrays at most) and sopt's work runs on torch's current stream;
+- **copy** (sopt on Vulkan, e.g. lavapipe in CI; torch on the CPU): every tensor crosses through host memory.
+  The first time, a warning says so and what it costs.
+
+Anything else (a CUDA tensor with sopt on Vulkan, a CPU tensor with sopt on CUDA, another CUDA device, a CUDA
+device that does not share torch's context) is a ValueError naming the tensor's device and what would work,
+raised before any GPU work.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from sopt import device as dev
+
+SHARED, COPY = "shared", "copy"
+_warned: set[str] = set()
+
+
+def mode() -> str:
+    """``"shared"`` on a CUDA device sharing torch's context, ``"copy"`` on Vulkan, else ValueError (a CUDA
+    device made before torch was imported)."""
+    if dev.device_kind() == "vulkan":
+        return COPY
+    if dev.torch_device_index() is None:
+        raise ValueError("sopt's CUDA device was created before torch was imported, so it does not share torch's CUDA "
+                         "context and cannot read torch's tensors; import torch (or sopt.torch) before sopt's first "
+                         "GPU work (the first Parameter, module or kernel)")
+    return SHARED
+
+
+def torch_device() -> torch.device:
+    """The torch device whose tensors sopt takes: ``cuda:<index>`` when shared, else the CPU."""
+    index = dev.torch_device_index() if dev.device_kind() == "cuda" else None
+    return torch.device("cuda", index) if index is not None else torch.device("cpu")
+
+
+def check_tensor(t: Any, what: str) -> torch.Tensor:
+    """``t`` if it is a float32 torch tensor on the device sopt can read (see the module docstring); returns
+    ``t`` contiguous. ValueError naming ``what``, its dtype or device, and what is allowed."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.float32:
+        raise ValueError(f"{what} has dtype {t.dtype}; sopt computes in float32: pass {what}.float()")
+    m = mode()
+    want = torch_device()
+    if t.device != want:
+        if m == COPY:
+            raise ValueError(f"{what} is on {t.device}, but sopt runs on Vulkan, which reads torch tensors only "
+                             "from the CPU (through host copies); pass a CPU tensor, or run sopt on CUDA "
+                             "(SOPT_DEVICE=cuda, torch imported first) to pass CUDA tensors without copies")
+        raise ValueError(f"{what} is on {t.device}, but sopt runs on CUDA sharing torch's context on {want}; move it "
+                         f"there ({what}.to('{want}')): mixing devices would need copies sopt does not make silently")
+    if m == COPY:
+        warn_copies()
+    return t.contiguous()
+
+
+def warn_copies() -> None:
+    """Warn once per process that torch tensors cross into sopt (Vulkan) through host copies."""
+    if COPY in _warned:
+        return
+    _warned.add(COPY)
+    warnings.warn("sopt.torch: sopt runs on Vulkan, so torch (CPU) tensors and parameters are copied through host "
+                  "memory on every call: an upload of each input and parameter that changed, a download of each "
+                  "output and gradient, and a wait for the GPU per call. On CUDA (torch imported before sopt's first "
+                  "GPU work) they are shared without copies.", RuntimeWarning, stacklevel=3)
