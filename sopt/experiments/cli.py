@@ -6,6 +6,7 @@
     sopt config fit_projectile > fit.toml          # a complete default config, every key documented
     sopt run fit.toml optimizer.learning_rate=0.05 steps=200 [--out DIR]
     sopt run --problem fit_projectile steps=50     # the defaults, with overrides
+    sopt run nf.toml --nproc 2                     # data-parallel on 2 GPUs (sopt.distributed; or under torchrun)
     sopt warmup fit_projectile                     # compile its kernels ahead of the first run (or --all)
     sopt resume runs/fit_projectile/20261123-101500-3fa2c1
     sopt sweep fit.toml optimizer.learning_rate=0.01,0.1 seed=range(0,2) --jobs 2
@@ -83,10 +84,10 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
     return cls, validate(cls.schema, data)
 
 
-def _print_outcome(outcome: Any) -> int:
+def _print_outcome(outcome: Any, nproc: int = 1) -> int:
     if outcome.status == "interrupted":
         print(f"interrupted after step {outcome.steps}; checkpoint written. Continue with:\n"
-              f"  sopt resume {shlex.quote(str(outcome.run_dir))}")
+              f"  sopt resume {shlex.quote(str(outcome.run_dir))}" + (f" --nproc {nproc}" if nproc > 1 else ""))
         return 0
     if outcome.status == "failed":
         print(f"error: the run failed at step {outcome.steps}: {outcome.error} (recorded in {outcome.run_dir})",
@@ -111,6 +112,8 @@ def cmd_run(argv: list[str]) -> int:
     parser.add_argument("--root", metavar="DIR", default=DEFAULT_ROOT, help="where new run folders go "
                         "(default: %(default)s)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N", help="data-parallel: N processes, one per GPU, "
+                        "each taking batch_size / N of every batch (default 1; torchrun's variables also work)")
     args = parser.parse_args(argv)
     words = list(args.words)
     config_path = None
@@ -124,24 +127,76 @@ def cmd_run(argv: list[str]) -> int:
     from sopt.experiments import run_dir as rd
 
     try:
+        rank = _rank_environment(args.nproc)
         cls, config = load_run_config(config_path, args.problem, words)
         if args.out is not None:   # checked before the problem is built (minutes of data making for nothing)
             rd.check_out_dir(args.out)
+        nproc = rank.world_size if rank is not None else args.nproc
+        if nproc > 1:
+            from sopt.distributed.splittable import check_splittable
+            check_splittable(cls.name, config, nproc)
+        if args.nproc > 1:   # this process launches the ranks, each of which runs this command without --nproc
+            from sopt.distributed.launcher import launch
+            child = ["run", *args.words, *(["--problem", args.problem] if args.problem else []),
+                     *(["--out", args.out] if args.out else []), "--root", args.root,
+                     *(["--no-progress"] if args.no_progress else [])]
+            return launch(args.nproc, [sys.executable, "-m", "sopt", *child])
+        dp = _start_data_parallel(rank, config)
         import sopt
         device = sopt.get_device()
         problem = cls(config)
         from sopt.config.files import dumps_toml
-        out = (rd.claim_out_dir(args.out) if args.out is not None
-               else rd.new_run_dir(args.root, cls.name, dumps_toml(config.model_dump(mode="json"))))
+
+        def make_out() -> pathlib.Path:
+            return (rd.claim_out_dir(args.out) if args.out is not None
+                    else rd.new_run_dir(args.root, cls.name, dumps_toml(config.model_dump(mode="json"))))
+        out = make_out() if dp is None else pathlib.Path(dp.from_main(make_out))   # rank 0 makes it
+        if dp is not None and not dp.is_main:
+            return _train_replica(problem, dp, None)
         print(f"device: {sopt.device_kind()} ({device.info.adapter_name})")
         print(f"run directory: {out}")
         from sopt.experiments import runner
         # a failure once training began is an outcome; what raises here (another process took the folder) did not
         # start the run
-        outcome = runner.start(problem, out, words, progress=not args.no_progress, device=device)
+        outcome = runner.start(problem, out, words, progress=not args.no_progress, device=device, data_parallel=dp)
+        if dp is not None and outcome.status != "failed":
+            dp.close()
     except (ValueError, OSError, sopt_device_error()) as exc:
         return _fail(exc)
-    return _print_outcome(outcome)
+    return _print_outcome(outcome, nproc)
+
+
+def _rank_environment(nproc: int) -> Any:
+    """This process's place in a data-parallel run (torchrun's or ``--nproc``'s variables), or None; ValueError
+    for a bad ``--nproc`` or one given to a process that already is a rank."""
+    from sopt.distributed.environment import rank_environment
+    if not 1 <= nproc <= 4096:
+        raise ValueError(f"--nproc {nproc} is out of range: allowed 1 to 4096 (processes, one per GPU)")
+    rank = rank_environment()
+    if rank is not None and nproc > 1:
+        raise ValueError(f"--nproc {nproc} in a process that already is rank {rank.rank} of {rank.world_size} "
+                         "(torchrun set WORLD_SIZE): leave --nproc out under torchrun")
+    return rank
+
+
+def _start_data_parallel(rank: Any, config: Any) -> Any:
+    """Join the run's process group (rank None: a run of its own, None)."""
+    if rank is None:
+        return None
+    from sopt.distributed.data_parallel import start
+    return start(rank, deterministic=bool(getattr(config, "deterministic", False)))
+
+
+def _train_replica(problem: Any, dp: Any, checkpoint: pathlib.Path | None) -> int:
+    """A rank other than 0 trains in step with rank 0 and writes nothing; a failure is one ``error:`` line."""
+    from sopt.distributed.replica import train_replica
+    try:
+        train_replica(problem, dp, checkpoint)
+    except Exception as exc:   # noqa: BLE001 -- the launcher reports this rank's one line; rank 0's run records it
+        print(f"error: rank {dp.rank} failed: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    dp.close()
+    return 0
 
 
 def sopt_device_error() -> type[BaseException]:
@@ -156,6 +211,8 @@ def cmd_resume(argv: list[str]) -> int:
     parser.add_argument("--accept-config-change", action="store_true",
                         help="resume although config.toml was edited since the run started (refused otherwise); "
                              "the change is recorded in overrides.txt and metrics.jsonl")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N", help="data-parallel: N processes, one per GPU "
+                        "(any N the batch splits over; default 1)")
     args = parser.parse_args(argv)
     from sopt.experiments import run_dir as rd
     from sopt.experiments import runner
@@ -164,14 +221,31 @@ def cmd_resume(argv: list[str]) -> int:
     from sopt.experiments.problem import problem_class
     out = pathlib.Path(args.run_dir)
     try:
+        rank = _rank_environment(args.nproc)
         rd.check_name(args.run_dir, "sopt resume")
         if not out.is_dir():
             raise rd.RunDirError(f"{args.run_dir!r} is not a folder; give a run directory (it holds config.toml)")
-        runner.check_resumable(out)
+        if rank is None or rank.is_main:   # (rank 0 has the run's lock, and its summary says running, by now)
+            runner.check_resumable(out)
         data = read_config(out / rd.CONFIG_FILE)
         cls = problem_class(data.get("problem"), f"problem (in {str(out / rd.CONFIG_FILE)!r})")
         config = validate(cls.schema, data)
-        runner.check_config_unchanged(out, config, args.accept_config_change)
+        if rank is None or rank.is_main:
+            runner.check_config_unchanged(out, config, args.accept_config_change)
+        nproc = rank.world_size if rank is not None else args.nproc
+        if nproc > 1:
+            from sopt.distributed.splittable import check_splittable
+            check_splittable(cls.name, config, nproc)
+        if args.nproc > 1:
+            from sopt.distributed.launcher import launch
+            child = ["resume", args.run_dir, *(["--no-progress"] if args.no_progress else []),
+                     *(["--accept-config-change"] if args.accept_config_change else [])]
+            return launch(args.nproc, [sys.executable, "-m", "sopt", *child])
+        dp = _start_data_parallel(rank, config)
+        if dp is not None and not dp.is_main:
+            import sopt
+            sopt.get_device()
+            return _train_replica(cls(config), dp, out / rd.CHECKPOINT_FILE)
         with rd.RunLock(out):   # before any GPU work: a second resume of the run stops here
             import sopt
             device = sopt.get_device()
@@ -181,10 +255,12 @@ def cmd_resume(argv: list[str]) -> int:
             # what raises here (a checkpoint that does not load) changed nothing; a failure once training began
             # is an outcome
             outcome = runner.resume(problem, out, progress=not args.no_progress,
-                                    accept_config_change=args.accept_config_change)
+                                    accept_config_change=args.accept_config_change, data_parallel=dp)
+        if dp is not None and outcome.status != "failed":
+            dp.close()
     except (ValueError, OSError, sopt_device_error()) as exc:
         return _fail(exc)
-    return _print_outcome(outcome)
+    return _print_outcome(outcome, nproc)
 
 
 def cmd_problems(argv: list[str]) -> int:
@@ -270,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {argv[0]!r}{hint} allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     os.environ.setdefault("MPLBACKEND", "Agg")   # pictures are files; no display needed
-    if argv[0] in LIGHT_COMMANDS and "torch" not in sys.modules:
+    data_parallel = "WORLD_SIZE" in os.environ or any(a.startswith("--nproc") for a in argv)
+    if argv[0] in LIGHT_COMMANDS and "torch" not in sys.modules and not data_parallel:
         # slangpy's extension imports torch when it is installed (~3 s on a cold start) only to offer its torch
         # bridge, which no problem uses: marking torch unavailable keeps `sopt run` within a second of its first step
         sys.modules["torch"] = None  # type: ignore[assignment]

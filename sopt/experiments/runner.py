@@ -143,9 +143,11 @@ class _StopOnSignal:
 
 
 def start(problem: Problem, run_dir: pathlib.Path, overrides: Iterable[str] = (), *, progress: bool = True,
-          device: Any = None, callbacks: Iterable[Callback] = ()) -> RunOutcome:
+          device: Any = None, callbacks: Iterable[Callback] = (), data_parallel: Any = None) -> RunOutcome:
     """Train ``problem`` (built from its validated config) from step 0 into the new, empty ``run_dir``, holding
-    its lock (:class:`~sopt.experiments.run_dir.RunLock`; RunDirError when another process holds it)."""
+    its lock (:class:`~sopt.experiments.run_dir.RunLock`; RunDirError when another process holds it).
+    ``data_parallel``: rank 0's :class:`sopt.distributed.DataParallel` when this is rank 0 of several processes
+    (the others train with :mod:`sopt.distributed.replica`, writing nothing)."""
     config = problem.config
 
     def write_run_files() -> None:
@@ -158,7 +160,7 @@ def start(problem: Problem, run_dir: pathlib.Path, overrides: Iterable[str] = ()
     with RunLock(run_dir):
         check_out_dir(run_dir)   # again under the lock: a run that took the same empty folder first has filled it
         return _train(problem, run_dir, resuming=False, progress=progress, callbacks=callbacks,
-                      prepare=write_run_files)
+                      prepare=write_run_files, data_parallel=data_parallel)
 
 
 def check_resumable(run_dir: pathlib.Path) -> dict[str, Any]:
@@ -216,7 +218,7 @@ def check_config_unchanged(run_dir: pathlib.Path, config: ProblemConfig, accept:
 
 
 def resume(problem: Problem, run_dir: pathlib.Path, *, progress: bool = True, callbacks: Iterable[Callback] = (),
-           accept_config_change: bool = False) -> RunOutcome:
+           accept_config_change: bool = False, data_parallel: Any = None) -> RunOutcome:
     """Continue the run in ``run_dir`` (``problem`` built from its config.toml) from its checkpoint (or from step
     0 when it was stopped before writing one) to the config's ``steps``, holding its lock. RunDirError when it
     cannot be resumed (see :func:`check_resumable`, :func:`check_config_unchanged`), CheckpointError when its
@@ -224,7 +226,8 @@ def resume(problem: Problem, run_dir: pathlib.Path, *, progress: bool = True, ca
     with RunLock(run_dir):
         check_resumable(run_dir)   # again under the lock: a resume that won the race may have finished it
         changes = check_config_unchanged(run_dir, problem.config, accept_config_change)
-        return _train(problem, run_dir, resuming=True, progress=progress, callbacks=callbacks, changes=changes)
+        return _train(problem, run_dir, resuming=True, progress=progress, callbacks=callbacks, changes=changes,
+                      data_parallel=data_parallel)
 
 
 def _record_failure(run_dir: pathlib.Path, summary: "_SummaryWriter", step: int, exc: Exception) -> str:
@@ -242,7 +245,7 @@ def _record_failure(run_dir: pathlib.Path, summary: "_SummaryWriter", step: int,
 
 def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress: bool,
            callbacks: Iterable[Callback], prepare: Callable[[], None] | None = None,
-           changes: Sequence[str] = ()) -> RunOutcome:
+           changes: Sequence[str] = (), data_parallel: Any = None) -> RunOutcome:
     config: ProblemConfig = problem.config
     parts = dict(problem.trainer_parts())
     own = list(parts.pop("callbacks", []))
@@ -252,7 +255,7 @@ def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress:
     trainer = Trainer(**parts, callbacks=[*own, JSONLLogger(metrics_path, append=resuming),
                                           Checkpoint(checkpoint_path, every=config.checkpoint_every),
                                           _Summary(summary, config.checkpoint_every), *callbacks],
-                      log_every=config.log_every, progress=progress)
+                      log_every=config.log_every, progress=progress, data_parallel=data_parallel)
     at_step = None
     if resuming and os.path.lexists(checkpoint_path):   # a dangling link there is a CheckpointError, not step 0
         # a checkpoint that does not load raises here (CheckpointError), before any file of the run changes

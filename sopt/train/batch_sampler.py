@@ -7,7 +7,9 @@ so no data crosses from the host per step and the draw can be recorded into the 
 
 Index ``i`` of the batch at step ``s`` is ``floor(h * n_rows / 2^32)`` with
 ``h = pcg(pcg(pcg(seed) ^ s) ^ i)``, ``pcg`` the PCG-RXS-M-XS uint32 hash: a pure function of
-(seed, step, i), identical on every device (:func:`reference_indices` computes it in numpy).
+(seed, step, i), identical on every device (:func:`reference_indices` computes it in numpy). A sampler
+:meth:`~BatchSampler.split` over several processes draws only its part of each batch (rows ``i`` from
+``first_row``), so the parts of all processes together are the batch one process would draw.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def _pcg_hash(v: np.ndarray) -> np.ndarray:
     return (word >> 22) ^ word
 
 
-def reference_indices(seed: int, step: int, batch_size: int, n_rows: int) -> np.ndarray:
-    """The row indices the GPU draws for ``step`` (uint32, shape ``(batch_size,)``), computed in numpy."""
-    rows = np.arange(batch_size, dtype=np.uint64)
+def reference_indices(seed: int, step: int, batch_size: int, n_rows: int, first_row: int = 0) -> np.ndarray:
+    """The row indices the GPU draws for ``step`` (uint32, shape ``(batch_size,)``; rows ``first_row`` on of the
+    batch), computed in numpy."""
+    rows = np.arange(first_row, first_row + batch_size, dtype=np.uint64)
     h = _pcg_hash(_pcg_hash(_pcg_hash(np.array([seed], np.uint64)) ^ np.uint64(step)) ^ rows)
     return ((h * np.uint64(n_rows)) >> np.uint64(32)).astype(np.uint32)
 
@@ -116,11 +119,39 @@ class BatchSampler:
         self.batch = Batch(spy.Tensor.empty(device, (self.batch_size, self.in_dim), "float"),
                            spy.Tensor.empty(device, (self.batch_size, self.out_dim), "float"))
         self.indices = spy.Tensor.empty(device, (self.batch_size,), "uint")
+        self.first_row = 0   # row of the whole batch that this sampler's row 0 is (see split)
+        self.parts = 1       # processes the batch is split over (see split)
         # arguments stay bound between draws; only those that change are rewritten
         self._kernel = dev.BoundKernel(dev.load_kernel("train/batch_sampler", "gather_batch"),
                                        src_inputs=self.inputs.storage, src_targets=self.targets.storage,
                                        batch_inputs=self.batch.inputs.storage,
                                        batch_targets=self.batch.targets.storage, batch_indices=self.indices.storage)
+
+    def split(self, rank: int, world_size: int) -> None:
+        """Draw only process ``rank``'s part of each batch from now on: ``b = batch_size / world_size`` rows, rows
+        ``rank * b .. (rank + 1) * b - 1`` of the batch drawn whole (same seed and step), so the parts of ranks
+        ``0 .. world_size - 1`` put together are that batch. ``batch_size`` becomes ``b``.
+
+        ValueError (nothing changed) when ``batch_size`` is not a multiple of ``world_size``, ``rank`` is outside
+        ``[0, world_size)`` or the sampler is split already."""
+        world_size = check_int(world_size, "world_size", low=1)
+        rank = check_int(rank, "rank", low=0)
+        if rank >= world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        if self.parts != 1:
+            raise ValueError(f"this BatchSampler is split already (over {self.parts} processes)")
+        if self.batch_size % world_size:
+            raise ValueError(f"batch_size {self.batch_size} does not split evenly over {world_size} processes; give "
+                             f"a multiple of {world_size} (it is the global batch: each process draws batch_size / "
+                             f"{world_size} of it)")
+        part = self.batch_size // world_size
+        device = dev.get_device()
+        self.batch = Batch(spy.Tensor.empty(device, (part, self.in_dim), "float"),
+                           spy.Tensor.empty(device, (part, self.out_dim), "float"))
+        self.indices = spy.Tensor.empty(device, (part,), "uint")
+        self._kernel.set(batch_inputs=self.batch.inputs.storage, batch_targets=self.batch.targets.storage,
+                         batch_indices=self.indices.storage)
+        self.batch_size, self.first_row, self.parts = part, rank * part, world_size
 
     def sample(self, step: int, encoder: spy.CommandEncoder | None = None) -> Batch:
         """Record the draw of the batch for ``step`` into ``encoder`` (or submit it now); returns the batch."""
@@ -129,10 +160,12 @@ class BatchSampler:
             raise ValueError(f"step must be < 2**32, got {step}")
         args = {"seed": self.seed, "step": step, "batch_size": self.batch_size, "n_rows": self.n_rows,
                 "in_dim": self.in_dim, "out_dim": self.out_dim,
-                "in_offset": int(self.inputs.offset), "out_offset": int(self.targets.offset)}
+                "in_offset": int(self.inputs.offset), "out_offset": int(self.targets.offset),
+                "first_row": self.first_row}
         self._kernel.set(args=args).dispatch(self.batch_size * (self.in_dim + self.out_dim), encoder)
         return self.batch
 
     def __repr__(self) -> str:
         return (f"BatchSampler(n_rows={self.n_rows}, in_dim={self.in_dim}, out_dim={self.out_dim}, "
-                f"batch_size={self.batch_size}, seed={self.seed})")
+                f"batch_size={self.batch_size}, seed={self.seed}"
+                + (f", first_row={self.first_row} of {self.parts} parts" if self.parts > 1 else "") + ")")

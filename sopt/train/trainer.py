@@ -182,6 +182,10 @@ class Trainer:
         log_every: steps between loss reads (each read waits for the GPU); also the progress-bar update rate.
         progress: show a tqdm bar with the loss, the evaluation metrics and steps/s; its rate and ETA leave out
             steps that compiled kernels (:mod:`sopt.train.progress`), whose notices print above it.
+        data_parallel: this process's part of a data-parallel run (:class:`sopt.distributed.DataParallel`), or
+            None: it splits the sampler's batch over the processes now, averages the gradients between the
+            backward and the optimiser step, makes a stop from outside happen after the same step everywhere,
+            and logs the loss averaged over the processes.
 
     ``step`` counts completed steps; the batch of step ``s`` (0-based) is ``sampler.sample(s)``, so a run
     resumed from a checkpoint (:meth:`restore`) draws the same batches as one that never stopped.
@@ -190,7 +194,7 @@ class Trainer:
     def __init__(self, model: Any = None, loss_fn: Any = None, optimizer: Any = None, sampler: Any = None, *,
                  objective: Any = None, parameters: Any = None, scheduler: Any = None,
                  scheduler_metric: str = "loss", callbacks: Iterable[Callback] = (), log_every: int = 100,
-                 progress: bool = True) -> None:
+                 progress: bool = True, data_parallel: Any = None) -> None:
         if objective is not None:
             given = [n for n, v in (("model", model), ("loss_fn", loss_fn), ("sampler", sampler)) if v is not None]
             if given:
@@ -235,6 +239,9 @@ class Trainer:
         self._stop_reason: str | None = None
         self._stop_asked: str | None = None   # a stop from outside, applied when a step completes
         self._last_finite: tuple[int, float] | None = None
+        self.data_parallel = data_parallel
+        if data_parallel is not None:
+            data_parallel.split(self)
 
     # -- one step ---------------------------------------------------------------------------------------------
     def train_step(self) -> Any:
@@ -248,6 +255,8 @@ class Trainer:
         with tape:
             loss = self.objective(tape, self.step)
         tape.backward(loss)
+        if self.data_parallel is not None:   # every process's gradients, averaged, before the same step
+            self.data_parallel.reduce_gradients(tape, self.optimizer)
         self.optimizer.step(tape.encoder)
         tape.submit()
         if self.scheduler is not None and not self._scheduler_on_metrics:
@@ -296,6 +305,8 @@ class Trainer:
 
     def _read_metrics(self, loss_value: Any, since: tuple[int, float], start: float) -> dict[str, Any]:
         loss = loss_scalar(loss_value)  # waits for the GPU
+        if self.data_parallel is not None:   # the whole batch's loss (the mean of the processes' equal parts)
+            loss = self.data_parallel.mean(loss)
         now = time.perf_counter()
         if not math.isfinite(loss):
             raise self.nonfinite_error(f"the loss is {loss}")
@@ -346,6 +357,8 @@ class Trainer:
         start = time.perf_counter()
         since = (self.step, start)
         error: NonFiniteError | None = None
+        if self.data_parallel is not None:
+            self.data_parallel.start_training(self)
         for cb in self.callbacks:
             cb.on_train_start(self)
         waited = False   # whether the last metrics step waited for the GPU (the interval rate.tick measures)
@@ -360,7 +373,11 @@ class Trainer:
                 rate.tick(synced=waited)
                 waited = False
                 bar.update(1)
-                if self._stop_asked is not None:
+                if self.data_parallel is not None:   # every process stops after the same step
+                    agreed = self.data_parallel.agree_stop(self._stop_asked)
+                    if agreed is not None:
+                        self._stop_reason, self._stop_asked = agreed, None
+                elif self._stop_asked is not None:
                     self._stop_reason, self._stop_asked = self._stop_asked, None
                 # a stop asked between metrics steps (a signal handler's) ends the run here, with its metrics
                 # step: every callback (the checkpoint too) sees the last completed step
@@ -385,6 +402,8 @@ class Trainer:
                                  and isinstance(v, float)}, refresh=False)
                 if self._stop_reason is not None:
                     break
+            if self.data_parallel is not None:   # every process ended after the same step; none left waiting
+                self.data_parallel.end_training()
         except NonFiniteError as exc:
             error = exc
         finally:
