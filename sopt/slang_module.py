@@ -23,6 +23,7 @@ sizes (``<let N : int>``) or write the adjoint by hand with :func:`sopt.tape.rec
 from __future__ import annotations
 
 import pathlib
+import sys
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,11 @@ from sopt import device as dev
 from sopt.parameter import Parameter
 from sopt.tape import TapeError, current_tape, new_tensor
 from sopt.validation import as_float32_array, check_path
+
+
+def _has_torch_tensor(args: tuple, kwargs: dict[str, Any]) -> bool:
+    torch = sys.modules["torch"]
+    return any(isinstance(v, torch.Tensor) for v in list(args) + list(kwargs.values()))
 
 
 class SlangFunction:
@@ -50,6 +56,9 @@ class SlangFunction:
         return value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if "torch" in sys.modules and _has_torch_tensor(args, kwargs):
+            from sopt.torch.slang_function import call   # torch tensors in, a torch tensor out, under autograd
+            return call(self, args, kwargs)
         label = f"{self.module.name}.{self.name}"
         params: list[Parameter] = []
         args = tuple(self._convert(a, f"{label} argument {i}", params) for i, a in enumerate(args))

@@ -9,13 +9,15 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from torch.utils.weak import WeakIdKeyDictionary
+
 if TYPE_CHECKING:
     from sopt.torch.module import TorchModule
     from sopt.torch.parameter_views import ParameterView
 
 # torch parameter -> (its TorchModule, the window of the sopt Parameter it is)
-_module_parameters: "weakref.WeakKeyDictionary[Any, tuple[weakref.ref[TorchModule], ParameterView]]" = \
-    weakref.WeakKeyDictionary()
+# (by identity: a tensor's == is elementwise)
+_module_parameters: "WeakIdKeyDictionary" = WeakIdKeyDictionary()
 
 
 def register_module_parameters(module: "TorchModule") -> None:
