@@ -1,0 +1,194 @@
+"""The neural_sdf config: a pydantic schema (:class:`NeuralSDFConfig`) in tiny-cuda-nn's layout.
+
+Sections ``encoding``, ``network``, ``loss``, ``optimizer`` and ``schedule`` name their kind in ``otype`` and take any
+component of that family in :mod:`sopt.config.registry`; the other keys are scalars. Besides each key's type and
+bounds, the schema checks what only the keys together decide (the point shares of the pool, the widths
+FullyFusedMLP takes, the hash table's size, the memory the sizes need) and that ``mesh`` names a mesh trimesh reads,
+all before any GPU work.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from sopt.config.registry import union
+from sopt.config.schema import defaults
+from sopt.experiments.problem import ProblemConfig, load_config as load_problem_config
+from sopt.losses import L1Config
+from sopt.nn import FullyFusedMLPConfig, HashGridConfig
+from sopt.nn.fully_fused_mlp import MAX_WIDTH
+from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
+from sopt.optim import AdamConfig
+from sopt.optim.lr_scheduler import WarmupCosineConfig
+from sopt.problems.limits import FLOAT, check_memory, refuse
+from sopt.regular_file import file_problem
+
+MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
+MAX_POINTS = 64 * 65535    # one dispatch of the truth and sampling kernels
+IN_FEATURES, OUT_FEATURES = 3, 1   # (x, y, z) -> signed distance
+
+
+class NeuralSDFConfig(ProblemConfig, problem="neural_sdf"):
+    """Fit the signed distance of a triangle mesh (scaled into the unit box) with a hash-grid network, trained on
+    points drawn uniformly in the box, on the surface and near it, whose exact signed distance the GPU computes.
+    Sized for Mesa's software Vulkan driver: the defaults take about a minute there (see the README)."""
+
+    steps: int = Field(600, ge=1, le=10_000_000, description="optimiser steps")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights' initialisation, the points and the "
+                                                         "batches")
+    log_every: int = Field(50, ge=1, le=10_000_000, description="steps between metrics records, each with the "
+                                                                "IoU, chamfer distance and normal consistency (each "
+                                                                "waits for the GPU)")
+    checkpoint_every: int = Field(200, ge=1, le=10_000_000, description="steps between checkpoints")
+    mesh: str | None = Field(None, min_length=1, description="OBJ/PLY/STL/OFF file of the triangle mesh to fit (None: "
+                                                             "the packaged wavy torus, data/wavy_torus.ply)")
+    margin: float = Field(0.1, ge=0.0, le=0.45, description="space between the mesh's bounding box and the unit box "
+                                                            "on each side of its longest side (box units)")
+    pool_size: int = Field(1 << 16, ge=64, le=MAX_POINTS, description="points with a known signed distance that "
+                                                                      "batches are drawn from")
+    resample_every: int = Field(0, ge=0, le=10_000_000, description="steps between new pools of points (0: one "
+                                                                    "pool for the whole run)")
+    uniform_fraction: float = Field(0.25, ge=0.0, le=1.0, description="share of the pool uniform in the box")
+    surface_fraction: float = Field(0.125, ge=0.0, le=1.0, description="share of the pool on the surface (the "
+                                                                       "rest is near it)")
+    near_sigma: float = Field(0.02, gt=0.0, le=1.0, description="standard deviation of each coordinate of a near "
+                                                                "point's offset from the surface (box units)")
+    batch_size: int = Field(4096, ge=1, le=1 << 24, description="points per training step")
+    encoding: union("encoding") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: HashGridConfig(n_levels=8, n_features_per_level=2, log2_hashmap_size=15,
+                                               base_resolution=8, per_level_scale=1.5),
+        description="input encoding of (x, y, z) in the unit box")
+    network: union("network") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: FullyFusedMLPConfig(n_neurons=32, n_hidden_layers=2, activation="ReLU",
+                                                    output_activation="None"),
+        description="network from the encoding to the signed distance")
+    loss: union("loss") = Field(default_factory=L1Config,  # type: ignore[valid-type]
+                                description="loss between predicted and true signed distances")
+    optimizer: union("optimizer") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: AdamConfig(learning_rate=1e-2, beta1=0.9, beta2=0.99, epsilon=1e-15),
+        description="optimiser of the encoding's and network's parameters")
+    schedule: union("schedule") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: WarmupCosineConfig(warmup_steps=20, final_lr_factor=0.05),
+        description="learning-rate schedule over the steps")
+    eval_resolution: int = Field(48, ge=8, le=512, description="grid vertices per side of the dense point set of "
+                                                               "the IoU and of the marching cubes' grid")
+    chamfer_points: int = Field(20000, ge=100, le=10_000_000, description="points drawn on each mesh for the chamfer "
+                                                                          "distance and normal consistency")
+    image_size: int = Field(160, ge=16, le=4096, description="side of the shaded picture and of each SDF slice "
+                                                             "(pixels)")
+    target_iou: float | None = Field(None, gt=0.0, le=1.0, description="stop once the IoU reaches this (None: run "
+                                                                       "every step)")
+    deterministic: bool = Field(False, description="bit-identical runs: the layers' and the hash grid's gradient "
+                                                   "sums in a fixed order (slower)")
+
+    @field_validator("mesh")
+    @classmethod
+    def _mesh_is_readable(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = file_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}; expected an OBJ/PLY/STL/OFF file")
+        from sopt.problems.neural_sdf.mesh import read_mesh
+        read_mesh(value)   # ValueError/ImportError naming the file or the missing extra
+        # absolute, so the resolved config.toml still names the file when the run is resumed from elsewhere
+        return str(pathlib.Path(value).resolve())
+
+    @model_validator(mode="after")
+    def _sizes_the_kernels_take(self) -> "NeuralSDFConfig":
+        errors: list[tuple[tuple[str, ...], Any, str]] = []   # (dotted key, value, message), see limits.refuse
+        if self.uniform_fraction + self.surface_fraction > 1.0:
+            errors.append((("surface_fraction",), self.surface_fraction,
+                           f"uniform_fraction + surface_fraction = {self.uniform_fraction + self.surface_fraction:g} "
+                           "exceeds 1 (the rest of the pool is near the surface)"))
+        enc, net = self.encoding, self.network
+        enc_width = self._encoding_width()
+        if enc.otype == "HashGrid":
+            entries = self._table_entries()
+            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
+            if entries > limit:
+                errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
+                               f"the table would hold {entries} floats, more than {limit}"
+                               f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
+        if net.otype == "FullyFusedMLP" and enc_width > MAX_WIDTH:
+            key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
+            errors.append((("encoding", key), getattr(enc, key),
+                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
+        widest = self._widest()
+        for key, rows in (("batch_size", self.batch_size), ("eval_resolution", self.eval_resolution ** 3),
+                          ("image_size", 6 * self.image_size ** 2)):
+            if rows * widest > MAX_ELEMENTS:
+                errors.append(((key,), getattr(self, key),
+                               f"{rows} points x {widest} floats through the network exceed {MAX_ELEMENTS} (32-bit "
+                               "tensor indices); lower it or the network's width"))
+        for key, rows in (("eval_resolution", self.eval_resolution ** 3), ("image_size", 3 * self.image_size ** 2)):
+            if rows > MAX_POINTS:
+                errors.append(((key,), getattr(self, key), f"{rows} points need their exact signed distance, more "
+                                                           f"than the {MAX_POINTS} one dispatch takes"))
+        refuse(self, errors)
+        check_memory(self, "pool_size", self.memory_estimate(),
+                     f"a pool of {self.pool_size}, {self.eval_resolution}^3 evaluation points, 6 x {self.image_size}^2 "
+                     f"probes and {self.batch_size} per batch x {self._floats_per_sample()} floats, "
+                     f"{self._parameter_count()} parameters x 6")
+        return self
+
+    def _encoding_width(self) -> int:
+        """Features the encoding gives per point."""
+        enc = self.encoding
+        if enc.otype == "Frequency":
+            return IN_FEATURES * 2 * enc.n_frequencies
+        if enc.otype == "HashGrid":
+            return enc.n_levels * enc.n_features_per_level
+        return IN_FEATURES
+
+    def _widest(self) -> int:
+        """Floats per point in the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)."""
+        net = self.network
+        fused = net.otype == "FullyFusedMLP"
+        net_width = net.n_neurons * net.n_hidden_layers + 4 if fused else net.n_neurons
+        return max(self._encoding_width(), net_width, 4)
+
+    def _table_entries(self) -> int:
+        """Floats in the hash grid's table (0 without a HashGrid encoding)."""
+        enc = self.encoding
+        if enc.otype != "HashGrid":
+            return 0
+        levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
+                             enc.per_level_scale)
+        return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
+
+    def _floats_per_sample(self) -> int:
+        """Floats one point takes through the model: coordinates, target, encoding, every hidden layer before and
+        after its activation, the (padded) output."""
+        net = self.network
+        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + 4
+
+    def _parameter_count(self) -> int:
+        """Trainable floats: the hash table's entries (HashGrid) and the network's weights and biases."""
+        n = self.network.n_neurons
+        return self._table_entries() + (self._encoding_width() + 1) * n + \
+            (n + 1) * n * (self.network.n_hidden_layers - 1) + (n + 1) * OUT_FEATURES
+
+    def memory_estimate(self) -> int:
+        """Bytes this config needs: the pool (P points, 5 floats each), the evaluation grid (E = eval_resolution^3)
+        and the picture's probes (6 image_size^2) through the network, and a batch (B) with its gradients, each
+        point F floats (:meth:`_floats_per_sample`), the parameters with gradient, Adam's two moments and the double
+        buffer (6 x W floats); on the host the grid's values in float64 four times: ``4 (5 P + (E + 6 I^2 + 2 B) F +
+        6 W) + 32 E`` plus 64 MiB (the meshes and point sets of the chamfer distance)."""
+        f, e, i = self._floats_per_sample(), self.eval_resolution ** 3, self.image_size ** 2
+        return FLOAT * (5 * self.pool_size + (e + 6 * i + 2 * self.batch_size) * f + 6 * self._parameter_count()) + \
+            32 * e + 64 * 2 ** 20
+
+
+DEFAULT_CONFIG: dict[str, Any] = defaults(NeuralSDFConfig)
+"""The default config as a plain dict (what ``sopt config neural_sdf`` prints)."""
+
+
+def load_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> NeuralSDFConfig:
+    """The defaults, with the TOML or JSON file at ``path`` and then ``overrides`` (top-level keys; None values
+    skipped, sections given as dicts) merged over them, validated: ConfigError (one line per problem)."""
+    return load_problem_config(NeuralSDFConfig, path, {k: v for k, v in overrides.items() if v is not None})

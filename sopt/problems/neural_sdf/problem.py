@@ -1,0 +1,126 @@
+"""NeuralSDF: the neural_sdf problem on the Problem protocol of ``sopt run``."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+import slangpy as spy
+
+from sopt import atomic_write
+from sopt import device as dev
+from sopt.config.registry import build
+from sopt.data import save_image
+from sopt.experiments.problem import Problem
+from sopt.problems.neural_sdf.build import build_model
+from sopt.problems.neural_sdf.config import NeuralSDFConfig
+from sopt.problems.neural_sdf.mesh import read_mesh, to_unit_box
+from sopt.problems.neural_sdf.metrics import SurfaceSample, grid_points, iou, marching_cubes, surface_agreement
+from sopt.problems.neural_sdf.plot import plot_curves, plot_slices, slice_points
+from sopt.problems.neural_sdf.render import SphereTracer
+from sopt.problems.neural_sdf.sampler import SDFSampler
+from sopt.problems.neural_sdf.truth import MeshTruth
+from sopt.train import EarlyStopping, Evaluate, Trainer
+
+MESH_FILE, RENDER_FILE, SLICES_FILE, CURVES_FILE = "mesh.ply", "render.png", "slices.png", "curves.png"
+
+
+class NeuralSDF(Problem):
+    """Fit a triangle mesh's signed distance with an encoding + network (a neural SDF).
+
+    The mesh (``config.mesh`` or the packaged wavy torus) is scaled into the unit box (``margin`` on each side of its
+    longest side); the model maps (x, y, z) in [0, 1]^3 to the signed distance in box units (negative inside). Its
+    batches come from an :class:`SDFSampler` pool whose exact signed distances the GPU computed (MeshTruth). Every
+    metrics step evaluates the field on the ``eval_resolution``^3 grid: ``iou`` of the interiors against the truth
+    there, and, from the mesh marching cubes extracts, ``chamfer`` and ``normal_consistency`` against the input mesh
+    (``chamfer_points`` on each); a field with no zero crossing yet gives the IoU only.
+    """
+
+    schema = NeuralSDFConfig
+    description = "a triangle mesh's signed distance as a hash-grid neural field, IoU and chamfer against the mesh"
+
+    def __init__(self, config: NeuralSDFConfig) -> None:
+        super().__init__(config)
+        self.mesh = to_unit_box(read_mesh(config.mesh), config.margin)
+        self.truth = MeshTruth(self.mesh.triangles)
+        n_uniform = int(round(config.uniform_fraction * config.pool_size))
+        n_surface = min(int(round(config.surface_fraction * config.pool_size)), config.pool_size - n_uniform)
+        self.sampler = SDFSampler(self.truth, config.pool_size, config.batch_size, n_uniform, n_surface,
+                                  config.near_sigma, config.resample_every, config.seed)
+        self.model = build_model(config)
+        self.loss_fn = build("loss", config.loss)
+        self.optimizer = build("optimizer", config.optimizer, self.model.parameters())
+        self.scheduler = build("schedule", config.schedule, self.optimizer, config.steps)
+        r = config.eval_resolution
+        grid = grid_points(r)
+        self.grid = spy.Tensor.from_numpy(dev.get_device(), grid)
+        self.grid_truth = self.truth.signed_distance(grid).sdf            # (R^3,)
+        self.surface_truth = SurfaceSample.of(self.mesh.trimesh(), config.chamfer_points, seed=config.seed)
+        self.field: np.ndarray | None = None                              # (R, R, R) of the last evaluation
+        self.final: dict[str, float] = {}
+
+    def predict(self, points: spy.Tensor) -> np.ndarray:
+        """The model's signed distance at ``points`` ((N, 3) tensor) as an (N,) array (waits for the GPU)."""
+        out = self.model.forward(points).to_numpy()
+        return out.reshape(int(points.shape[0]), -1)[:, 0].astype(np.float64)
+
+    def evaluate(self, trainer: Trainer | None = None) -> dict[str, float]:
+        """``iou``, ``chamfer`` (box units) and ``normal_consistency`` of the field now (see the class docstring)."""
+        r = self.config.eval_resolution
+        self.field = self.predict(self.grid).reshape(r, r, r)
+        metrics = {"iou": iou(self.field.ravel(), self.grid_truth)}
+        extracted = marching_cubes(self.field)
+        if extracted is not None and len(extracted.faces) and extracted.area > 0.0:
+            sample = SurfaceSample.of(extracted, self.config.chamfer_points, seed=self.config.seed + 1)
+            metrics.update(surface_agreement(sample, self.surface_truth))
+        return metrics
+
+    def trainer_parts(self) -> dict[str, Any]:
+        callbacks: list[Any] = [Evaluate(self.evaluate, every=self.config.log_every)]
+        if self.config.target_iou is not None:
+            callbacks.append(EarlyStopping("iou", self.config.target_iou, mode="max"))
+        return {"model": self.model, "loss_fn": self.loss_fn, "sampler": self.sampler, "optimizer": self.optimizer,
+                "scheduler": self.scheduler, "parameters": dict(self.model.named_parameters()),
+                "callbacks": callbacks}
+
+    def slices(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(truth, prediction): the signed distance on the slices x, y, z = 0.5, each (S, S), S = image_size."""
+        size = self.config.image_size
+        truth, prediction = [], []
+        for axis in range(3):
+            points = slice_points(axis, size)
+            truth.append(self.truth.signed_distance(points).sdf.astype(np.float64).reshape(size, size))
+            tensor = spy.Tensor.from_numpy(dev.get_device(), points)
+            prediction.append(self.predict(tensor).reshape(size, size))
+        return truth, prediction
+
+    def finish(self, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
+        """Write ``mesh.ply`` (the marching-cubes mesh of the field, in the input file's coordinates; none while the
+        field has no zero crossing), ``render.png`` (the field sphere-traced and shaded), ``slices.png`` (truth |
+        prediction | error on three slices) and ``curves.png`` (loss and IoU) into ``run_dir``; return the final
+        ``iou``, ``chamfer``, ``normal_consistency`` and ``loss`` (the last logged batch loss)."""
+        run_dir = pathlib.Path(run_dir)
+        final = self.evaluate()
+        losses = [r["loss"] for r in history if isinstance(r.get("loss"), (int, float))]
+        if losses:
+            final["loss"] = float(losses[-1])
+        extracted = marching_cubes(self.field)
+        if extracted is not None:
+            extracted.vertices = (extracted.vertices - 0.5) / self.mesh.scale + self.mesh.centre
+            atomic_write.write_bytes(run_dir / MESH_FILE, extracted.export(file_type="ply", encoding="binary"))
+        size = self.config.image_size
+        save_image(run_dir / RENDER_FILE, SphereTracer(size, size).render(self.model))
+        plot_slices(run_dir / SLICES_FILE, *self.slices())
+        plot_curves(history, run_dir / CURVES_FILE)
+        self.final = final
+        return final
+
+    def summary(self) -> list[str]:
+        if "iou" not in self.final:
+            return []
+        line = f"final IoU: {self.final['iou']:.4f}"
+        if "chamfer" in self.final:
+            line += f", chamfer {self.final['chamfer']:.2e} (box units), normal consistency " \
+                    f"{self.final['normal_consistency']:.4f}"
+        return [line]
