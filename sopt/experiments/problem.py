@@ -52,6 +52,7 @@ BUILTIN_PROBLEMS: dict[str, tuple[str, str]] = {
     "neural_controller": ("sopt.problems.neural_controller.problem", "NeuralControllerProblem"),
     "fit_cloth": ("sopt.problems.fit_cloth.problem", "FitCloth"),
     "heat_inverse": ("sopt.problems.heat_inverse.problem", "HeatInverse"),
+    "neural_radiance": ("sopt.problems.neural_radiance.problem", "NeuralRadiance"),
     "neural_sdf": ("sopt.problems.neural_sdf.problem", "NeuralSDF"),
 }
 

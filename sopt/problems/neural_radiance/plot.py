@@ -1,0 +1,100 @@
+"""neural_radiance's pictures drawn with matplotlib (Agg, files only): the held-out views (truth | prediction |
+depth map, one row per view, each with its PSNR) and the training curves (batch loss; held-out PSNR and SSIM)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from sopt import atomic_write
+from sopt.data import psnr
+from sopt.experiments.report_plots import new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+DPI = 100
+VIEWS_FILE, CURVES_FILE = "views.png", "curves.png"
+MAX_ROWS = 4   # held-out views shown
+
+
+def depth_map(depth: np.ndarray, opacity: np.ndarray) -> np.ndarray:
+    """The rendered distance along each ray where the view is mostly opaque: depth / opacity where opacity > 0.5
+    (the expected distance of the surface), NaN elsewhere (the background)."""
+    depth, opacity = np.asarray(depth, np.float64), np.asarray(opacity, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(opacity > 0.5, depth / np.maximum(opacity, 1e-12), np.nan)
+
+
+def views_figure(truth: Sequence[np.ndarray], prediction: Sequence[np.ndarray], depth: Sequence[np.ndarray]
+                 ) -> "Figure":
+    """Rows of truth | prediction | depth map (the first MAX_ROWS views): images (H, W, 3) in [0, 1], depth maps
+    (H, W) (NaN: background, drawn blank) on one colour scale with a colour bar; each row's PSNR in its title."""
+    rows = min(len(truth), MAX_ROWS)
+    if rows < 1 or len(prediction) < rows or len(depth) < rows:
+        raise ValueError("views_figure needs at least one view with its truth, prediction and depth map")
+    fig = new_figure((10.5, 3.3 * rows), layout=None, dpi=DPI)
+    finite = np.concatenate([np.asarray(d, np.float64)[np.isfinite(d)] for d in depth[:rows]])
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    for r in range(rows):
+        t, p = np.asarray(truth[r], np.float64), np.asarray(prediction[r], np.float64)
+        value = psnr(p.reshape(-1, 3), t.reshape(-1, 3))
+        for c, (image, title) in enumerate(((t, "truth"), (p, f"prediction, PSNR {value:.2f} dB"))):
+            ax = fig.add_subplot(rows, 3, 3 * r + c + 1)
+            ax.imshow(np.clip(image, 0.0, 1.0), interpolation="nearest")
+            ax.set_title(f"held-out view {r}: {title}", fontsize=9)
+            ax.set_axis_off()
+        ax = fig.add_subplot(rows, 3, 3 * r + 3)
+        shown = ax.imshow(depth[r], cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest")
+        ax.set_title("depth (distance along the ray)", fontsize=9)
+        ax.set_axis_off()
+        fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    return fig
+
+
+def plot_views(path: str | os.PathLike[str], truth: Sequence[np.ndarray], prediction: Sequence[np.ndarray],
+               depth: Sequence[np.ndarray]) -> "Figure":
+    """Write :func:`views_figure` to ``path`` (PNG); returns the figure."""
+    fig = views_figure(truth, prediction, depth)
+    atomic_write.write_figure(path, fig, format="png", dpi=DPI)
+    return fig
+
+
+def _series(history: Sequence[dict[str, Any]], key: str, positive: bool) -> tuple[np.ndarray, np.ndarray]:
+    rows = [(m["step"], float(m[key])) for m in history if isinstance(m.get(key), (int, float))]
+    steps = np.array([s for s, _ in rows], np.float64)
+    values = np.array([v for _, v in rows], np.float64)
+    keep = np.isfinite(values) & (values > 0 if positive else True)
+    return steps[keep], values[keep]
+
+
+def curves_figure(history: Sequence[dict[str, Any]]) -> "Figure":
+    """The loss (log scale), the held-out PSNR (dB) and SSIM of ``history`` (the Trainer's metrics records) side
+    by side; a panel without data says so."""
+    fig = new_figure((12.0, 3.0), layout=None, dpi=DPI)
+    panels = (("loss", "training loss (batch of rays)", True), ("psnr", "held-out PSNR (dB)", False),
+              ("ssim", "held-out SSIM", False))
+    for i, (key, title, log) in enumerate(panels):
+        ax = fig.add_subplot(1, 3, i + 1)
+        steps, values = _series(history, key, log)
+        if steps.size:
+            ax.plot(steps, values, lw=1.5, marker="o" if steps.size < 20 else None, label=key)
+            if log:
+                ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(history: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> "Figure":
+    """Write :func:`curves_figure` to ``path`` (PNG, 1200 x 300); returns the figure."""
+    fig = curves_figure(history)
+    atomic_write.write_figure(path, fig, format="png", dpi=DPI)
+    return fig
