@@ -193,7 +193,7 @@ def _train_replica(problem: Any, dp: Any, checkpoint: pathlib.Path | None) -> in
     try:
         train_replica(problem, dp, checkpoint)
     except Exception as exc:   # noqa: BLE001 -- the launcher reports this rank's one line; rank 0's run records it
-        print(f"error: rank {dp.rank} failed: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     dp.close()
     return 0
