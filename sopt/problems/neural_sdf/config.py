@@ -37,7 +37,7 @@ class NeuralSDFConfig(ProblemConfig, problem="neural_sdf"):
     points drawn uniformly in the box, on the surface and near it, whose exact signed distance the GPU computes.
     Sized for Mesa's software Vulkan driver: the defaults take about a minute there (see the README)."""
 
-    steps: int = Field(600, ge=1, le=10_000_000, description="optimiser steps")
+    steps: int = Field(300, ge=1, le=10_000_000, description="optimiser steps")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights' initialisation, the points and the "
                                                          "batches")
     log_every: int = Field(50, ge=1, le=10_000_000, description="steps between metrics records, each with the "

@@ -37,7 +37,7 @@ def marching_cubes(values: np.ndarray) -> Any | None:
     if not (values.min() < 0.0 < values.max()):
         return None
     spacing = (1.0 / (values.shape[0] - 1),) * 3
-    vertices, faces, _, _ = skimage_marching_cubes(values, level=0.0, spacing=spacing, gradient_direction="ascent")
+    vertices, faces, _, _ = skimage_marching_cubes(values, level=0.0, spacing=spacing, gradient_direction="descent")
     return trimesh_module().Trimesh(vertices.astype(np.float64), faces, process=False)
 
 

@@ -1,0 +1,90 @@
+"""neural_sdf through ``sopt run``: a short run at small size reaches its IoU threshold with every metric in each
+metrics record and in summary.json, and writes its mesh (in the input's coordinates), picture, slices and curves; a
+user's OBJ is read and scaled into the box; malformed configs are one line naming the key, before any GPU work."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+import trimesh
+from PIL import Image
+
+from sopt.config.schema import ConfigError
+from sopt.problems.neural_sdf import NeuralSDF, load_config
+from sopt.problems.neural_sdf.mesh import read_mesh, to_unit_box
+from tests.problems.runs import assert_bad_config_refused, run_problem
+
+SMALL = {"steps": 80, "log_every": 40, "pool_size": 1 << 14, "batch_size": 2048, "eval_resolution": 24,
+         "chamfer_points": 2000, "image_size": 24}
+METRICS = ("iou", "chamfer", "normal_consistency")
+
+
+def test_a_short_run_reaches_its_iou_and_writes_its_files(tmp_path: pathlib.Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps(SMALL), encoding="utf-8")
+    out = tmp_path / "run"
+    code, stdout, stderr = run_problem(NeuralSDF, [str(config), "--out", str(out), "--no-progress"], capsys)
+    assert code == 0, stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in records if "loss" in r]
+    assert [r["step"] for r in logged] == [40, 80]
+    for r in logged:
+        assert all(isinstance(r[k], float) for k in METRICS), r
+    summary = json.loads((out / "summary.json").read_text())
+    final = summary["metrics"]
+    assert summary["status"] == "finished" and set(METRICS) <= set(final)
+    # 80 steps at this size: IoU ~0.95 on the 24^3 grid (an untrained field's is 0: no inside)
+    assert final["iou"] > 0.9
+    assert final["chamfer"] < 0.02 and final["normal_consistency"] > 0.9
+    assert f"final IoU: {final['iou']:.4f}" in stdout
+    extracted = trimesh.load(out / "mesh.ply", force="mesh")
+    source = read_mesh(None)
+    # in the input file's coordinates: the same bounding box within a grid cell of the 24^3 grid
+    cell = np.ptp(source.vertices, axis=0).max() / 0.8 / 23
+    np.testing.assert_allclose(extracted.bounds, source.bounds, atol=1.5 * cell)
+    with Image.open(out / "render.png") as img:
+        render = np.asarray(img.convert("RGB"))
+    assert render.shape == (24, 24, 3) and (render < 250).any(axis=2).mean() > 0.1   # the surface, not all background
+    for name, size in (("slices.png", (1050, 960)), ("curves.png", (840, 300))):
+        with Image.open(out / name) as img:
+            assert img.size == size
+
+
+def test_a_user_obj_is_read_and_scaled_into_the_box(tmp_path: pathlib.Path) -> None:
+    box = trimesh.creation.box(extents=(2.0, 1.0, 0.5))
+    box.apply_translation((10.0, -3.0, 1.0))
+    path = tmp_path / "box.obj"
+    path.write_text(box.export(file_type="obj"))
+    config = load_config(mesh=str(path), margin=0.25)
+    assert config.mesh == str(path.resolve())
+    scaled = to_unit_box(read_mesh(config.mesh), config.margin)
+    np.testing.assert_allclose(scaled.vertices.min(0), [0.25, 0.375, 0.4375], atol=1e-6)
+    np.testing.assert_allclose(scaled.vertices.max(0), [0.75, 0.625, 0.5625], atol=1e-6)
+    assert scaled.scale == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("override,expected", [
+    ({"mesh": "no_such_mesh.ply"}, "mesh = 'no_such_mesh.ply'"),
+    ({"uniform_fraction": 0.7, "surface_fraction": 0.5}, "surface_fraction = 0.5: uniform_fraction + surface_fraction"),
+    ({"near_sigma": 0}, "near_sigma = 0: "),
+    ({"pool_size": 1 << 23}, "pool_size = 8388608: "),
+    ({"network": {"n_neurons": 30}}, "network.n_neurons = 30: must be a multiple of 4"),
+    ({"encoding": {"n_levels": 20, "n_features_per_level": 4}},
+     "encoding.n_levels = 20: the encoding gives 80 features; FullyFusedMLP takes at most 64"),
+])
+def test_a_malformed_config_is_one_line_naming_the_key(override: dict, expected: str, tmp_path: pathlib.Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    assert_bad_config_refused(NeuralSDF, override, expected, tmp_path, capsys)
+
+
+def test_a_file_that_is_no_mesh_is_refused_naming_it(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ConfigError, match=r"^config mesh = .*notes.txt.*suffix '.txt'; allowed: .obj, .ply"):
+        load_config(mesh=str(tmp_path / "notes.txt"))
+    (tmp_path / "empty.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 0\nend_header\n")
+    with pytest.raises(ConfigError, match=r"^config mesh = .*empty.ply"):
+        load_config(mesh=str(tmp_path / "empty.ply"))
