@@ -23,7 +23,27 @@ per-level scale 1.5 to reach 512 px -> 2 hidden layers of 64 ReLU -> 3) and repo
 weight-gradient reduction, fixed-point hash-table gradient), timed in the same run, and prints each one's
 ms/step against its default-mode twin.
 
+``--table issue21``: issue 21's comparison instead, one training step of the same network in tiny-cuda-nn (classic
+kernels and JIT fusion, with ``--tcnn KIT_DIR``), sopt and PyTorch eager, timed in this one run, for each network,
+input dimension (``--dims 2,3``) and batch (``--batches 14,18,20``):
+
+* ``hashgrid``: hash grid 16 levels x 2 features, table 2^19, base resolution 16, per-level scale 1.5 ->
+  FullyFusedMLP 64 x 2 hidden ReLU -> 3 (sopt: ``Sequential(HashGridEncoding, FullyFusedMLP)``; PyTorch: the same
+  hash grid written with tensor ops, ``torch_hashgrid_encode``, and ``nn.Linear`` layers);
+* ``frequency``: frequency encoding, 12 frequencies -> the same MLP (sopt: ``FullyFusedMLP`` with the encoding
+  fused; where its input would exceed 64 features, 3D: 72, the ``sopt.nn.MLP`` layers instead, labelled so).
+
+PyTorch starts from sopt's initial table and weights, so both train the same function (their PSNR agree when the
+networks are the same). Data: 2D, the generated ``--size`` image (PSNR over every pixel); 3D, 2^21 random points
+of the unit cube with the smooth 3-channel target ``cube_target`` (PSNR over 2^16 other points). tiny-cuda-nn's
+benchmark (benchmarks/tcnn) trains on uniform random inputs and targets, pre-generated on the GPU (timing only, no
+PSNR) and reports GPU-timeline ms/step (CUDA events); sopt's and PyTorch's ms/step are wall clock with the GPU
+synchronised at both ends and include drawing each batch from the data set on the GPU. Timed steps per batch:
+``--steps`` or ``issue21_steps`` (1000 at 2^14, 256 at 2^18, 100 at 2^20), after ``--warmup`` untimed ones. The
+table gives ms/step and the ratios sopt / tiny-cuda-nn (above 1: sopt slower) and PyTorch / sopt.
+
 Run: SOPT_DEVICE=cuda python3 benchmarks/neural_field.py [--steps 1000] [--batches 14,18] [--quick] [--deterministic]
+     SOPT_DEVICE=cuda python3 benchmarks/neural_field.py --table issue21 --tcnn .tcnn-kit [--dims 2,3]
 """
 
 from __future__ import annotations
@@ -34,6 +54,7 @@ import math
 import pathlib
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -48,9 +69,19 @@ from sopt.nn import MLP, FrequencyEncoding, HashGridEncoding, Sequential
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.optim import Adam
 from sopt.train import BatchSampler, Trainer
+from sopt.nn.hashgrid import GridLevel
+
+from benchmarks.tcnn import runner as tcnn_runner
 
 N_FREQS = 16
 HIDDEN, LAYERS = 64, 3
+# the hash grid of the "hashgrid" variant and of issue 21's table (tiny-cuda-nn's HashGrid keys in the docstring)
+HASHGRID = {"n_levels": 16, "n_features": 2, "log2_table_size": 19, "base_resolution": 16, "per_level_scale": 1.5}
+HASHGRID_PRIMES = (1, 2654435761, 805459861, 3674653429)   # tcnn's CoherentPrime hash (sopt's, slang_lib/nn/hashgrid)
+# issue 21's table: encoding -> FullyFusedMLP 64 x 2 hidden ReLU -> 3, frequency encoding with 12 frequencies
+ISSUE21_NETWORKS = ("hashgrid", "frequency")
+ISSUE21_N_FREQS, ISSUE21_LAYERS = 12, 2
+CUBE_POINTS, CUBE_EVAL_POINTS = 1 << 21, 1 << 16
 
 
 def psnr(mse: float) -> float:
@@ -104,8 +135,7 @@ def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps
         model = MLP(2, 3, HIDDEN, LAYERS, activation="relu", encoding={"otype": "Frequency", "n_frequencies": N_FREQS},
                     seed=0, deterministic=det)
     elif kind == "hashgrid":
-        enc = HashGridEncoding(2, n_levels=16, n_features=2, log2_table_size=19, base_resolution=16,
-                               per_level_scale=1.5, seed=0, deterministic=det)
+        enc = HashGridEncoding(2, **HASHGRID, seed=0, deterministic=det)
         model = Sequential(enc, FullyFusedMLP(enc.out_features, 3, HIDDEN, 2, activation="relu", seed=0,
                                               deterministic=det))
     else:
@@ -121,20 +151,58 @@ def run_sopt(kind: str, coords: np.ndarray, image: np.ndarray, batch: int, steps
             "steps": total, "seed": seed}
 
 
-def torch_network(torch: Any) -> Any:
+def torch_network(torch: Any, in_features: int = 2 * 2 * N_FREQS, hidden_layers: int = LAYERS) -> Any:
+    """``nn.Sequential`` of ``hidden_layers`` x (Linear to HIDDEN, ReLU), then Linear to 3."""
     layers: list[Any] = []
-    width = 2 * 2 * N_FREQS
-    for _ in range(LAYERS):
+    width = in_features
+    for _ in range(hidden_layers):
         layers += [torch.nn.Linear(width, HIDDEN), torch.nn.ReLU()]
         width = HIDDEN
     layers.append(torch.nn.Linear(width, 3))
     return torch.nn.Sequential(*layers)
 
 
-def torch_encode(torch: Any, x: Any) -> Any:
-    freqs = (2.0 ** torch.arange(N_FREQS, device=x.device, dtype=x.dtype)) * math.pi
-    arg = x[:, :, None] * freqs                                  # (N, 2, F)
+def torch_encode(torch: Any, x: Any, n_freqs: int = N_FREQS) -> Any:
+    """tcnn's frequency encoding of ``x (N, D)``: ``(N, D * 2 * n_freqs)``, ``[d, k, sin/cos]`` =
+    sin/cos(2^k pi x_d)."""
+    freqs = (2.0 ** torch.arange(n_freqs, device=x.device, dtype=x.dtype)) * math.pi
+    arg = x[:, :, None] * freqs                                  # (N, D, F)
     return torch.stack([torch.sin(arg), torch.cos(arg)], dim=-1).reshape(x.shape[0], -1)  # (d, k, sin/cos)
+
+
+def torch_hashgrid_encode(torch: Any, x: Any, table: Any, levels: list[GridLevel]) -> Any:
+    """sopt's (and tcnn's) multiresolution hash encoding written with PyTorch tensor ops, differentiable in ``table``:
+    ``x (N, D)`` in [0, 1], ``table (rows, F)`` -> ``(N, L * F)`` level-major. Level l is read at ``pos = x *
+    scale_l + 0.5`` by D-linear interpolation of the 2^D cell corners, each corner's row ``offset_l + index %
+    size_l`` with index dense (``sum_d c_d resolution_l^d``) or tcnn's hash (``xor_d c_d prime_d``) in uint32
+    arithmetic, as ``HashGridEncoding`` (``levels``: its ``grid_levels``)."""
+    n, dims = x.shape
+    dev = x.device
+    scale = torch.tensor([lv.scale for lv in levels], dtype=torch.float32, device=dev)            # (L,)
+    size = torch.tensor([lv.size for lv in levels], dtype=torch.int64, device=dev)
+    offset = torch.tensor([lv.offset for lv in levels], dtype=torch.int64, device=dev)
+    hashed = torch.tensor([lv.hashed for lv in levels], dtype=torch.bool, device=dev)
+    stride = torch.tensor([[lv.resolution**d for d in range(dims)] for lv in levels], dtype=torch.int64,
+                          device=dev)                                                            # (L, D)
+    primes = torch.tensor(HASHGRID_PRIMES[:dims], dtype=torch.int64, device=dev)
+    pos = x[:, None, :] * scale[None, :, None] + 0.5                                             # (N, L, D)
+    floor = torch.floor(pos)
+    t = pos - floor
+    cell = floor.to(torch.int64)
+    out = None
+    for c in range(1 << dims):
+        upper = torch.tensor([(c >> d) & 1 for d in range(dims)], dtype=torch.bool, device=dev)  # (D,)
+        corner = cell + upper.to(torch.int64)
+        weight = torch.where(upper, t, 1.0 - t).prod(dim=-1)                                     # (N, L)
+        mixed = (corner * primes) & 0xFFFFFFFF                                                   # uint32 products
+        hash_index = mixed[..., 0]
+        for d in range(1, dims):
+            hash_index = hash_index ^ mixed[..., d]
+        dense_index = ((corner * stride).sum(dim=-1)) & 0xFFFFFFFF
+        row = torch.where(hashed, hash_index, dense_index) % size + offset                       # (N, L)
+        term = weight[..., None] * table[row]                                                    # (N, L, F)
+        out = term if out is None else out + term
+    return out.reshape(n, -1)
 
 
 def run_torch(torch: Any, net: Any, coords: np.ndarray, image: np.ndarray, batch: int, steps: int,
@@ -162,11 +230,284 @@ def run_torch(torch: Any, net: Any, coords: np.ndarray, image: np.ndarray, batch
             "samples_per_s": batch / per_step, "psnr": psnr(mse), "steps": warmup + steps, "seed": seed}
 
 
+def cube_target(points: np.ndarray) -> np.ndarray:
+    """Issue 21's 3D training target, smooth and analytic: ``points (N, 3)`` -> ``(N, 3)`` in [0, 1], channel c =
+    0.5 + 0.5 * mean_j sin(2 pi k_j . p + phase_cj) over four integer wave vectors k_j (up to 4 periods across
+    the cube, so the field has detail for a hash grid to learn yet stays band-limited)."""
+    waves = np.array([[1, 2, 0], [0, 3, 1], [2, 0, 3], [3, 2, 2]], np.float64)    # (4, 3) periods per unit
+    phases = np.array([[0.0, 1.3, 2.1, 0.7], [0.9, 2.6, 0.4, 1.8], [1.7, 0.2, 2.9, 1.1]])   # (3 channels, 4)
+    arg = 2 * np.pi * (np.asarray(points, np.float64) @ waves.T)                  # (N, 4)
+    return (0.5 + 0.5 * np.sin(arg[:, None, :] + phases[None]).mean(axis=-1)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class FieldData:
+    """Training set (``coords``, ``targets``) and evaluation set of one input dimension; values (N, 3) in [0, 1]."""
+    coords: np.ndarray
+    targets: np.ndarray
+    eval_coords: np.ndarray
+    eval_targets: np.ndarray
+    what: str
+
+
+def field_data(dims: int, size: int) -> FieldData:
+    """2D: the generated ``size`` x ``size`` image, trained and evaluated on every pixel; 3D: ``CUBE_POINTS``
+    uniform random points of the unit cube (seed 0) with ``cube_target``, evaluated on ``CUBE_EVAL_POINTS`` others
+    (seed 1)."""
+    if dims == 2:
+        image = generated_image(size).reshape(-1, 3)
+        coords = pixel_coordinates(size, size)
+        return FieldData(coords, image, coords, image, f"{size}x{size} generated image")
+    if dims == 3:
+        points = np.random.default_rng(0).random((CUBE_POINTS, 3), dtype=np.float32)
+        held_out = np.random.default_rng(1).random((CUBE_EVAL_POINTS, 3), dtype=np.float32)
+        return FieldData(points, cube_target(points), held_out, cube_target(held_out),
+                         f"{CUBE_POINTS} random points of the unit cube, cube_target")
+    raise ValueError(f"dims must be 2 or 3, got {dims!r}")
+
+
+def issue21_steps(batch: int) -> int:
+    """Timed steps at ``batch`` for issue 21's table: ~2^26 samples, between 100 and 1000 steps."""
+    return min(1000, max(100, (1 << 26) // batch))
+
+
+@dataclass
+class SoptField:
+    """One sopt network of issue 21's table and the arrays PyTorch starts from: ``table`` (hash grid) or None, and
+    ``layers`` [(W (out, in), b (out,))] of the MLP."""
+    label: str
+    model: Any
+    table: np.ndarray | None
+    layers: list[tuple[np.ndarray, np.ndarray]]
+
+
+def mlp_layers(state: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(weight, bias) per layer from an MLP's or FullyFusedMLP's ``state_dict`` (keys ``"{k}.weight"``,
+    ``"{k}.bias"``), in layer order."""
+    ks = sorted({int(key.split(".")[0]) for key in state})
+    return [(np.asarray(state[f"{k}.weight"]), np.asarray(state[f"{k}.bias"])) for k in ks]
+
+
+def sopt_field_network(network: str, dims: int, seed: int = 0) -> SoptField:
+    """Issue 21's ``network`` ("hashgrid" or "frequency") for ``dims`` inputs, built with sopt (see the module
+    docstring); the frequency network falls back to the ``sopt.nn.MLP`` layers where FullyFusedMLP refuses its
+    encoded width."""
+    if network == "hashgrid":
+        enc = HashGridEncoding(dims, **HASHGRID, seed=seed)
+        mlp = FullyFusedMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed)
+        return SoptField("sopt", Sequential(enc, mlp), enc.state_dict()["table"], mlp_layers(mlp.state_dict()))
+    if network == "frequency":
+        encoding = {"otype": "Frequency", "n_frequencies": ISSUE21_N_FREQS}
+        try:
+            model = FullyFusedMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed)
+            label = "sopt"
+        except ValueError as e:   # the fused kernels take at most 64 input features; 3D x 24 = 72
+            print(f"  sopt frequency {dims}D: FullyFusedMLP refuses it ({e}); timing sopt.nn.MLP's layers instead")
+            model = MLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed)
+            label = "sopt layers"
+        return SoptField(label, model, None, mlp_layers(model.state_dict()))
+    raise ValueError(f"network must be one of {ISSUE21_NETWORKS}, got {network!r}")
+
+
+def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int,
+                      max_seconds: float) -> tuple[float, int]:
+    """(seconds per step, steps timed): ``steps`` timed steps after ``warmup`` untimed ones, fewer (at least 10)
+    where 5 probe steps say ``steps`` would take longer than ``max_seconds``."""
+    for _ in range(warmup):
+        step()
+    sync()
+    t = time.perf_counter()
+    for _ in range(5):
+        step()
+    sync()
+    probe = (time.perf_counter() - t) / 5
+    n = max(10, min(steps, int(max_seconds / max(probe, 1e-9))))
+    return time_steps(step, sync, n, 0), n
+
+
+def run_sopt_field(network: str, dims: int, data: FieldData, batch: int, steps: int, warmup: int,
+                   max_seconds: float, seed: int = 0) -> tuple[dict[str, Any], SoptField]:
+    """Times sopt's training step of issue 21's ``network``; the row and the network built (PyTorch starts from its
+    initial arrays, read before training)."""
+    field = sopt_field_network(network, dims, seed)
+    opt = Adam(field.model.parameters(), lr=1e-2)
+    sampler = BatchSampler(data.coords, data.targets, batch_size=batch, seed=seed)
+    trainer = Trainer(field.model, MSELoss(), opt, sampler, progress=False, log_every=10**9)
+    per_step, timed = time_steps_budget(trainer.train_step, dev.synchronize, steps, warmup, max_seconds)
+    row = {"framework": field.label, "network": network, "dims": dims, "batch": batch,
+           "ms_per_step": per_step * 1e3, "timed_steps": timed, "trained_steps": trainer.step,
+           "psnr": sopt_eval_psnr(field.model, data.eval_coords, data.eval_targets), "seed": seed}
+    return row, field
+
+
+def torch_field_network(torch: Any, network: str, dims: int, field: SoptField) -> tuple[Any, Callable[[Any], Any]]:
+    """PyTorch's twin of ``field`` (same initial table and weights): (module holding the parameters, forward)."""
+    dev_t = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    in_features = field.layers[0][0].shape[1]
+    mlp = torch_network(torch, in_features, ISSUE21_LAYERS).to(dev_t)
+    linears = [m for m in mlp if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for lin, (w, b) in zip(linears, field.layers, strict=True):
+            lin.weight.copy_(torch.from_numpy(w))
+            lin.bias.copy_(torch.from_numpy(b))
+    if network == "hashgrid":
+        enc = field.model[0]
+        table = torch.nn.Parameter(torch.from_numpy(np.ascontiguousarray(field.table)).to(dev_t))
+        holder = torch.nn.ModuleDict({"mlp": mlp})
+        holder.register_parameter("table", table)
+        levels = enc.levels
+        return holder, lambda x: mlp(torch_hashgrid_encode(torch, x, table, levels))
+    return mlp, lambda x: mlp(torch_encode(torch, x, ISSUE21_N_FREQS))
+
+
+def run_torch_field(torch: Any, network: str, dims: int, data: FieldData, field: SoptField, batch: int, steps: int,
+                    warmup: int, max_seconds: float, seed: int = 0) -> dict[str, Any]:
+    """Times PyTorch eager's training step of issue 21's ``network``, started from ``field``'s initial arrays."""
+    dev_t = torch.device("cuda")
+    module, forward = torch_field_network(torch, network, dims, field)
+    X = torch.tensor(data.coords, device=dev_t)
+    Y = torch.tensor(data.targets, device=dev_t)
+    opt = torch.optim.Adam(module.parameters(), lr=1e-2)
+    gen = torch.Generator(device=dev_t)
+    gen.manual_seed(seed)
+    trained = 0
+
+    def step() -> None:
+        nonlocal trained
+        idx = torch.randint(0, X.shape[0], (batch,), device=dev_t, generator=gen)
+        loss = torch.nn.functional.mse_loss(forward(X[idx]), Y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        trained += 1
+
+    per_step, timed = time_steps_budget(step, torch.cuda.synchronize, steps, warmup, max_seconds)
+    with torch.no_grad():
+        E = torch.tensor(data.eval_coords, device=dev_t)
+        T = torch.tensor(data.eval_targets, device=dev_t)
+        pred = torch.cat([forward(E[s:s + 65536]) for s in range(0, E.shape[0], 65536)])
+        mse = float(torch.mean((pred.clamp(0, 1) - T) ** 2))
+    return {"framework": "pytorch eager", "network": network, "dims": dims, "batch": batch,
+            "ms_per_step": per_step * 1e3, "timed_steps": timed, "trained_steps": trained, "psnr": psnr(mse),
+            "seed": seed}
+
+
+def issue21_table(rows: list[dict[str, Any]], tcnn_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (network, dims, batch) that sopt, PyTorch or tiny-cuda-nn timed, in that order of first
+    appearance: ``tcnn``, ``tcnn_jit``, ``sopt``, ``torch`` ms/step (None where not timed; a tcnn JIT run that fell
+    back to the classic kernels counts as not timed), ``sopt_label``, PSNRs, and the ratios ``sopt_vs_tcnn`` =
+    sopt / tcnn, ``sopt_vs_tcnn_jit`` = sopt / tcnn JIT (above 1: sopt slower) and ``torch_vs_sopt`` = torch /
+    sopt (above 1: sopt faster)."""
+    table: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+    def entry(network: str, dims: int, batch: int) -> dict[str, Any]:
+        return table.setdefault((network, dims, batch), {
+            "network": network, "dims": dims, "batch": batch, "tcnn": None, "tcnn_jit": None, "sopt": None,
+            "sopt_label": None, "sopt_psnr": None, "torch": None, "torch_psnr": None})
+
+    for r in rows:
+        e = entry(r["network"], r["dims"], r["batch"])
+        if r["framework"] == "pytorch eager":
+            e["torch"], e["torch_psnr"] = r["ms_per_step"], r["psnr"]
+        else:
+            e["sopt"], e["sopt_label"], e["sopt_psnr"] = r["ms_per_step"], r["framework"], r["psnr"]
+    for r in tcnn_rows:
+        if r["jit_failed"]:
+            continue
+        entry(r["model"], r["dims"], r["batch"])["tcnn_jit" if r["jit"] else "tcnn"] = r["mean_ms"]
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b is not None and b > 0 else None
+
+    for e in table.values():
+        e["sopt_vs_tcnn"] = ratio(e["sopt"], e["tcnn"])
+        e["sopt_vs_tcnn_jit"] = ratio(e["sopt"], e["tcnn_jit"])
+        e["torch_vs_sopt"] = ratio(e["torch"], e["sopt"])
+    return list(table.values())
+
+
+def format_issue21_table(table: list[dict[str, Any]]) -> str:
+    """Markdown table of ``issue21_table``'s entries: ms per training step, ratios, PSNR in dB ("-": not run)."""
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    def x(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}x"
+
+    def db(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    lines = ["| network | dims | batch | tiny-cuda-nn | tiny-cuda-nn JIT | sopt | PyTorch eager | sopt / tcnn | "
+             "sopt / tcnn JIT | PyTorch / sopt | sopt PSNR | PyTorch PSNR |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in table:
+        name = e["network"] + (" (sopt: MLP layers)" if e["sopt_label"] == "sopt layers" else "")
+        lines.append(f"| {name} | {e['dims']}D | 2^{e['batch'].bit_length() - 1} | {ms(e['tcnn'])} | "
+                     f"{ms(e['tcnn_jit'])} | {ms(e['sopt'])} | {ms(e['torch'])} | {x(e['sopt_vs_tcnn'])} | "
+                     f"{x(e['sopt_vs_tcnn_jit'])} | {x(e['torch_vs_sopt'])} | {db(e['sopt_psnr'])} | "
+                     f"{db(e['torch_psnr'])} |")
+    return "\n".join(lines)
+
+
+def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
+    """``--table issue21``: tiny-cuda-nn (with ``--tcnn``), then sopt and PyTorch, on issue 21's networks."""
+    dims_list = [int(d) for d in args.dims.split(",")]
+    networks = args.networks.split(",")
+    batches = [1 << int(b) for b in args.batches.split(",")]
+    steps = [args.steps if args.steps else issue21_steps(b) for b in batches]
+    tcnn_note = tcnn_runner.unavailable() if args.tcnn else None
+    print(f"issue 21 table: networks {', '.join(networks)}; dims {args.dims}; batches "
+          f"{', '.join(f'2^{b.bit_length() - 1}' for b in batches)}; timed steps {steps} after {args.warmup} "
+          f"warm-up; Adam lr 1e-2; at most {args.max_seconds:g} s of timed steps per sopt/PyTorch run")
+    tcnn_rows: list[dict[str, Any]] = []
+    if not args.tcnn:
+        print("tiny-cuda-nn: not run (give --tcnn KIT_DIR; benchmarks/tcnn/README.md)")
+    elif tcnn_note:
+        print(f"tiny-cuda-nn: skipped, {tcnn_note}")
+    else:
+        print(f"tiny-cuda-nn: kit {args.tcnn}, build folder {args.tcnn_build_dir}")
+        t = time.perf_counter()
+        tcnn_rows = tcnn_runner.run_bench(args.tcnn, dims=dims_list, models=networks, batches=batches, steps=steps,
+                                          warmup=args.warmup, build_dir=args.tcnn_build_dir)
+        print(f"tiny-cuda-nn: {len(tcnn_rows)} runs in {time.perf_counter() - t:.0f} s (build included)")
+    if not has_torch:
+        print("PyTorch: not run (no torch with CUDA here)")
+    rows: list[dict[str, Any]] = []
+    for dims in dims_list:
+        data = field_data(dims, args.size)
+        print(f"{dims}D data: {data.what}")
+        for network in networks:
+            for batch, n_steps in zip(batches, steps):
+                t = time.perf_counter()
+                row, field = run_sopt_field(network, dims, data, batch, n_steps, args.warmup, args.max_seconds)
+                rows.append(row)
+                print(f"  {row} ({time.perf_counter() - t:.1f} s)", flush=True)
+                if has_torch:
+                    t = time.perf_counter()
+                    rows.append(run_torch_field(torch, network, dims, data, field, batch, n_steps, args.warmup,
+                                                args.max_seconds))
+                    print(f"  {rows[-1]} ({time.perf_counter() - t:.1f} s)", flush=True)
+                    torch.cuda.empty_cache()
+    table = issue21_table(rows, tcnn_rows)
+    print()
+    print("ms per training step; sopt / tcnn above 1: sopt slower; PyTorch / sopt above 1: sopt faster; PSNR in dB "
+          "after each run's steps (tiny-cuda-nn trains on random data: no PSNR)")
+    print(format_issue21_table(table))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "tcnn_rows": tcnn_rows, "table": table}, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=1000, help="steps per run, warm-up included (default 1000)")
+    ap.add_argument("--table", choices=("image", "issue21"), default="image",
+                    help="image (default): the variants below on the image; issue21: tiny-cuda-nn, sopt and PyTorch "
+                         "on issue 21's networks (see the docstring)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="image: steps per run, warm-up included (default 1000); issue21: timed steps per run "
+                         "(default: issue21_steps of the batch, 1000 at 2^14 .. 100 at 2^20)")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--batches", default="14,18", help="log2 batch sizes (default 14,18)")
+    ap.add_argument("--batches", default=None, help="log2 batch sizes (default 14,18; issue21: 14,18,20)")
     ap.add_argument("--size", type=int, default=512, help="image side in pixels (default 512)")
     ap.add_argument("--variants", default="fused,fused+enc,hashgrid,torch",
                     help="comma-separated from fused, fused+enc, layers, hashgrid, torch")
@@ -178,8 +519,42 @@ def main() -> None:
     ap.add_argument("--deterministic", action="store_true",
                     help="also time fused and hashgrid with deterministic=True (variants fused-det, hashgrid-det) "
                          "and print their cost against the default mode")
+    ap.add_argument("--dims", default="2,3", help="issue21: input dimensions, from 2,3 (default 2,3)")
+    ap.add_argument("--networks", default=",".join(ISSUE21_NETWORKS),
+                    help="issue21: networks, from hashgrid,frequency (default both)")
+    ap.add_argument("--tcnn", metavar="KIT_DIR", default=None,
+                    help="issue21: also build and time tiny-cuda-nn from this kit (benchmarks/tcnn/make-kit.sh); "
+                         "skipped with a note where there is no NVIDIA GPU, nvcc or cmake")
+    ap.add_argument("--tcnn-build-dir", default=tcnn_runner.DEFAULT_BUILD_DIR,
+                    help=f"issue21: tiny-cuda-nn's build folder, reused when built (default "
+                         f"{tcnn_runner.DEFAULT_BUILD_DIR})")
+    ap.add_argument("--max-seconds", type=float, default=20.0,
+                    help="issue21: at most this many seconds of timed steps per sopt or PyTorch run (fewer steps, "
+                         "at least 10, for a slow one; default 20)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.table == "image":
+        used = [flag for flag, value in (("--tcnn", args.tcnn), ("--dims", args.dims != "2,3"),
+                                         ("--networks", args.networks != ",".join(ISSUE21_NETWORKS))) if value]
+        if used:
+            ap.error(f"{', '.join(used)}: only with --table issue21 (the image table's networks are not issue 21's)")
+    elif args.deterministic:
+        ap.error("--deterministic: only with --table image")
+    else:   # issue21's arguments, checked before any GPU work
+        dims = args.dims.split(",")
+        if not dims or any(d not in ("2", "3") for d in dims):
+            ap.error(f"--dims: each value must be 2 or 3, got {args.dims!r}")
+        if not args.networks or any(n not in ISSUE21_NETWORKS for n in args.networks.split(",")):
+            ap.error(f"--networks: each value must be one of {', '.join(ISSUE21_NETWORKS)}, got {args.networks!r}")
+        if args.tcnn:
+            try:
+                tcnn_runner.check_kit(args.tcnn, [int(d) for d in dims])
+            except ValueError as e:
+                ap.error(str(e))
+    if args.batches is None:
+        args.batches = "14,18,20" if args.table == "issue21" else "14,18"
+    if args.steps is None and args.table == "image":
+        args.steps = 1000
     if args.quick:
         args.size, args.batches, args.steps, args.warmup = 64, "10", 30, 5
     image = generated_image(args.size)
@@ -198,6 +573,9 @@ def main() -> None:
     device = dev.get_device()
     print(f"sopt device: {device.info.adapter_name} [{dev.device_kind()}]"
           + (f"; torch {torch.__version__} on {torch.cuda.get_device_name()}" if has_torch else "; torch: n/a"))
+    if args.table == "issue21":
+        main_issue21(args, torch, has_torch)
+        return
     print(f"image {args.size}x{args.size}, {args.steps} steps per run ({args.warmup} untimed warm-up), Adam lr 1e-2")
     timed = args.steps - args.warmup
     rows = []
