@@ -1,4 +1,4 @@
-"""The one SlangPy device sopt runs on, and the Slang modules and kernels loaded onto it.
+"""The one SlangPy device sopt runs on (the kernels loaded onto it are declared in :mod:`sopt.kernel`).
 
 Selection: CUDA where an NVIDIA driver works, else Vulkan (a GPU, or Mesa's software driver lavapipe).
 ``SOPT_DEVICE=cuda|vulkan`` forces one. SlangPy's CPU device is never used: it cannot dispatch calls.
@@ -85,8 +85,6 @@ _disk_cache: pathlib.Path | None = None   # the writable cache folder of the dev
 _compiled_here: set[str] = set()           # compile labels already checked in this process
 _sources_digest: str | None = None
 _unwritable_warned: set[pathlib.Path] = set()
-_modules: dict[str, spy.Module] = {}
-_kernels: dict[tuple[str, str], spy.ComputeKernel] = {}
 _dispatches = 0
 _compiles: list[tuple[str, float]] = []   # (label, seconds) of each compile the disk cache had not seen
 _compile_seconds = 0.0                     # host seconds in first uses of kernels in this process (compiles or loads)
@@ -279,28 +277,6 @@ def kernels_used() -> int:
     return len(_compiled_here)
 
 
-def load_module(name: str) -> spy.Module:
-    """SlangPy module for ``slang_lib/<name>.slang`` (e.g. ``"optim/adam"``), loaded once per process."""
-    module = _modules.get(name)
-    if module is None:
-        module = spy.Module.load_from_file(get_device(), str(slang_lib_path() / f"{name}.slang"))
-        _modules[name] = module
-    return module
-
-
-def load_kernel(module: str, entry_point: str) -> spy.ComputeKernel:
-    """Compute kernel for the ``[shader("compute")]`` entry point ``entry_point`` of ``slang_lib/<module>.slang``."""
-    key = (module, entry_point)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        device = get_device()
-        with compiling(f"{module}.slang:{entry_point}"):
-            program = device.load_program(str(slang_lib_path() / f"{module}.slang"), [entry_point])
-            kernel = device.create_compute_kernel(program)
-        _kernels[key] = kernel
-    return kernel
-
-
 _multiprocessors: int | None = None
 _multiprocessors_read = False   # the driver is asked once per process, answer or not
 
@@ -485,6 +461,6 @@ def synchronize() -> None:
 
 __all__: Sequence[str] = (
     "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
-    "device_kind", "disk_cache", "dispatch_count", "get_device", "kernels_used", "load_kernel", "load_module",
-    "slang_lib_path", "submit", "synchronize", "torch_device_index",
+    "device_kind", "disk_cache", "dispatch_count", "get_device", "kernels_used", "slang_lib_path", "submit",
+    "synchronize", "torch_device_index",
 )

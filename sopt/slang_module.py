@@ -30,6 +30,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
+from sopt.kernel import Function, Source, launch
 from sopt.parameter import Parameter
 from sopt.tape import TapeError, current_tape, new_tensor
 from sopt.validation import as_float32_array, check_path
@@ -43,9 +44,9 @@ def _has_torch_tensor(args: tuple, kwargs: dict[str, Any]) -> bool:
 class SlangFunction:
     """One function of a :class:`SlangModule` (``mod.name``); call it like the Slang function."""
 
-    def __init__(self, module: "SlangModule", name: str, func: Any) -> None:
-        self.module, self.name, self._func = module, name, func
-        self._bwds: Any = None
+    def __init__(self, module: "SlangModule", name: str, function: Function) -> None:
+        self.module, self.name, self._function = module, name, function
+        self._backward = function.backward
 
     def _convert(self, value: Any, where: str, params: list[Parameter]) -> Any:
         if isinstance(value, Parameter):
@@ -56,7 +57,7 @@ class SlangFunction:
         return value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if "torch" in sys.modules and _has_torch_tensor(args, kwargs):
+        if sys.modules.get("torch") is not None and _has_torch_tensor(args, kwargs):   # None: import blocked
             from sopt.torch.slang_function import call   # torch tensors in, a torch tensor out, under autograd
             return call(self, args, kwargs)
         label = f"{self.module.name}.{self.name}"
@@ -65,11 +66,11 @@ class SlangFunction:
         kwargs = {k: self._convert(v, f"{label} argument {k!r}", params) for k, v in kwargs.items()}
         tape = current_tape()
         if tape is None:
-            dev.count_dispatch()
             if "_result" in kwargs:
-                return self._func(*args, **kwargs)
+                launch(self._function, None, *args, **kwargs)
+                return kwargs["_result"]
             out = new_tensor(self._result_shape(label, args, kwargs))
-            self._func(*args, _result=out, **kwargs)
+            launch(self._function, None, *args, _result=out, **kwargs)
             return out
         if "_result" in kwargs:
             raise TapeError(f"{label}: on a tape the result is allocated by the tape (don't pass _result); every call "
@@ -80,8 +81,7 @@ class SlangFunction:
         inputs = [t for t in tensors if id(t) not in param_tensors]
 
         def forward(enc: spy.CommandEncoder) -> None:
-            dev.count_dispatch()
-            self._func.append_to(enc, *args, _result=out, **kwargs)
+            launch(self._function, enc, *args, _result=out, **kwargs)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             # .bwds wants a gradient buffer for every differentiable tensor argument: one that has none (an
@@ -92,10 +92,7 @@ class SlangFunction:
                     scratch = tape._pool.take(tuple(v.shape), False)
                     return v.with_grads(grad_in=scratch, grad_out=scratch, zero=False)
                 return v
-            if self._bwds is None:
-                self._bwds = self._func.bwds
-            dev.count_dispatch()
-            self._bwds.append_to(enc, *[diff(a) for a in args], _result=out, **{k: diff(v) for k, v in kwargs.items()})
+            launch(self._backward, enc, *[diff(a) for a in args], _result=out, **{k: diff(v) for k, v in kwargs.items()})
 
         tape.record(label, forward, backward, reads=tensors, writes=[out],
                     add_grads=[t for t in inputs if t.grad_out is not None], params=params)
@@ -104,7 +101,7 @@ class SlangFunction:
     def _result_shape(self, label: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, ...]:
         """Call shape (SlangPy's broadcast of the arguments) + the return type's element shape."""
         try:
-            call = self._func.debug_build_call_data(*args, **kwargs)
+            call = self._function.load().debug_build_call_data(*args, **kwargs)
             shape = call.runtime.calculate_call_shape(call.call_dimensionality, args, kwargs, call)
             result = call.debug_only_bindings.kwargs["_result"].vector_type
         except Exception as exc:
@@ -130,8 +127,9 @@ class SlangModule:
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
         self.name = path.stem
+        self._source = Source(path)
         with dev.compiling(f"{path.name} (user module)"):
-            self._module = spy.Module.load_from_file(dev.get_device(), str(path))
+            self._module = self._source.module()
         self._functions: dict[str, SlangFunction] = {}
 
     def __getattr__(self, name: str) -> SlangFunction:
@@ -139,10 +137,9 @@ class SlangModule:
             raise AttributeError(name)
         f = self._functions.get(name)
         if f is None:
-            func = self._module.find_function(name)
-            if func is None:
+            if self._module.find_function(name) is None:
                 raise AttributeError(f"{self.path.name} has no function {name!r}")
-            f = self._functions[name] = SlangFunction(self, name, func)
+            f = self._functions[name] = SlangFunction(self, name, Function(self._source, name))
         return f
 
     def __repr__(self) -> str:

@@ -40,7 +40,12 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
+from sopt.kernel import Function, launch
 from sopt.parameter import Parameter
+
+
+_FILL = Function("tape", "tape_fill")   # slang_lib/tape.slang: t = value
+_ADD = Function("tape", "tape_add")     # dst += src
 
 
 class TapeError(ValueError):
@@ -542,16 +547,14 @@ def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:
 
 def fill(encoder: spy.CommandEncoder, t: spy.Tensor, value: float) -> None:
     """Record ``t = value`` (every element; contiguous float32) into ``encoder``: one dispatch."""
-    from sopt.nn.kernels import function, launch
-    launch(function("tape", "tape_fill"), encoder, spy.grid((_numel(t),)), value, flat(t))
+    launch(_FILL, encoder, spy.grid((_numel(t),)), value, flat(t))
 
 
 def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
     """Record ``dst += src`` (same element count, contiguous float32) into ``encoder``: one dispatch."""
-    from sopt.nn.kernels import function, launch
     if _numel(src) != _numel(dst):
         raise ValueError(f"add_into: {_numel(src)} elements into {_numel(dst)}")
-    launch(function("tape", "tape_add"), encoder, spy.grid((_numel(dst),)), flat(src), flat(dst))
+    launch(_ADD, encoder, spy.grid((_numel(dst),)), flat(src), flat(dst))
 
 
 def copy_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:

@@ -22,11 +22,13 @@ import sopt
 from sopt import device as dev
 from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
 from sopt.sim import Simulator, State
 from sopt.validation import check_float, check_int
 
 SOURCE = pathlib.Path(__file__).with_name("pendulum_chain.slang")
+_STEP = Function(SOURCE, "chain_step")         # declared; loaded and compiled at the first launch
+_ADJOINT = Function(SOURCE, "chain_adjoint")
 
 
 class PendulumChainConfig(ComponentConfig):
@@ -70,9 +72,6 @@ class PendulumChain(Simulator):
         rest = np.arange(1, self.n + 1)[:, None] * self.length * np.array([[np.sin(angle), -np.cos(angle)]])
         self._initial("x", rest, (self.n, 2), unit="m")
         self._initial("v", np.zeros((self.n, 2)), (self.n, 2), unit="m/s")
-        module = spy.Module.load_from_file(dev.get_device(), str(SOURCE))
-        self._step_fn = module.require_function("chain_step")
-        self._adjoint_fn = module.require_function("chain_adjoint")
         self._no_grad = spy.Tensor.zeros(dev.get_device(), (1, 2), "float")
 
     def to_config(self) -> PendulumChainConfig:
@@ -95,10 +94,10 @@ class PendulumChain(Simulator):
         want_state = tape is not None and (tape.requires_grad(state.x) or tape.requires_grad(state.v))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._step_fn, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x, out.v)
+            launch(_STEP, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x, out.v)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(self._adjoint_fn, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x.grad,
+            launch(_ADJOINT, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x.grad,
                    out.v.grad, int(want_state), state.x.grad if want_state else self._no_grad,
                    state.v.grad if want_state else self._no_grad,
                    {"stiffness": self.stiffness.grad, "damping": self.damping.grad, "gravity": self.gravity.grad})

@@ -18,6 +18,7 @@ import slangpy as spy
 from pydantic import Field
 
 from sopt import device as dev
+from sopt.kernel import Kernel
 from sopt.config.registry import ComponentConfig, register
 from sopt.losses.value import LossValue, ResultRing
 from sopt.tape import current_tape
@@ -48,7 +49,7 @@ class Loss:
             size=4 * 2 * MAX_GROUPS, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
             data=np.zeros(2 * MAX_GROUPS, np.uint32))
         # arguments stay bound between evaluations; only those that change are rewritten
-        self._kernel = dev.BoundKernel(dev.load_kernel("losses/regression", self.entry_point), partials=partials)
+        self._kernel = Kernel("losses/regression", self.entry_point).bind(partials=partials)
 
     @property
     def param(self) -> float:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Iterator, Literal
 import slangpy as spy
 
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.nn.kernels import backward_function, function, launch
+from sopt.kernel import Function, launch
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.validation import check_float
@@ -33,6 +33,8 @@ class Activation(Module):
 
     def __init__(self) -> None:
         self._buffers = BatchBuffers()
+        self._forward_fn = Function("nn/activation", "activation_forward", self.slang_name)
+        self._backprop_fn = Function("nn/activation", "activation_backprop", self.slang_name).backward
 
     @property
     def slang_params(self) -> tuple[float, float]:
@@ -47,7 +49,7 @@ class Activation(Module):
         x = as_batch(x, None, type(self).__name__)
         n, f = x.shape
         y = self._buffers.get("y", n, f, grads=True)
-        launch(function("nn/activation", f"activation_forward<{self.slang_name}>"), encoder,
+        launch(self._forward_fn, encoder,
                spy.grid((n, f)), batch_in(x, False), spy.float2(*self.slang_params), y)
         return y
 
@@ -58,7 +60,7 @@ class Activation(Module):
         check_output(y, n, f, type(self).__name__)
         if not has_grad(x):
             return
-        launch(backward_function("nn/activation", f"activation_backprop<{self.slang_name}>"), encoder,
+        launch(self._backprop_fn, encoder,
                spy.grid((n, f)), batch_in(x, True), spy.float2(*self.slang_params), batch_grad(y))
 
     def __repr__(self) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt.device import get_device
+from sopt.kernel import dummy
 from sopt.tape import current_tape, new_tensor
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy indexes tensors with 32-bit ints
@@ -116,29 +117,3 @@ def batch_in(x: spy.Tensor, write_dx: bool) -> dict[str, Any]:
 def batch_grad(y: spy.Tensor) -> dict[str, Any]:
     """Arguments of a ``BatchGrad`` (batch.slang): dL/dy in ``y.grad``."""
     return {"dy": y.grad}
-
-
-_dummies: dict[int, spy.Tensor] = {}
-
-
-def dummy(dims: int) -> spy.Tensor:
-    """A one-element float tensor of ``dims`` dimensions for a tensor argument the kernel is told not to
-    touch (Vulkan cannot bind a null buffer)."""
-    t = _dummies.get(dims)
-    if t is None:
-        t = spy.Tensor.from_numpy(get_device(), np.zeros((1,) * dims, np.float32))
-        _dummies[dims] = t
-    return t
-
-
-_dummy_buffer: spy.Buffer | None = None
-
-
-def dummy_buffer() -> spy.Buffer:
-    """A 16-byte buffer for a ``RWByteAddressBuffer`` argument the kernel is told not to touch."""
-    global _dummy_buffer
-    if _dummy_buffer is None:
-        _dummy_buffer = get_device().create_buffer(
-            size=16, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
-            data=np.zeros(16, np.uint8))
-    return _dummy_buffer

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from sopt.config.registry import ComponentConfig, register
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.nn.kernels import backward_function, function, launch
+from sopt.kernel import Function, launch
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.validation import check_int
@@ -46,8 +46,8 @@ class FrequencyEncoding(Module):
         self.in_features = self.in_dims
         self.out_features = self.in_dims * self.n_freqs * 2
         sizes = f"{self.in_dims},{self.n_freqs}"
-        self._forward_fn = function("nn/frequency", f"frequency_forward<{sizes}>")
-        self._backprop_fn = backward_function("nn/frequency", f"frequency_backprop<{sizes}>")
+        self._forward_fn = Function("nn/frequency", "frequency_forward", sizes)
+        self._backprop_fn = Function("nn/frequency", "frequency_backprop", sizes).backward
         self._buffers = BatchBuffers()
 
     @classmethod

@@ -13,8 +13,8 @@ from pydantic import Field
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
-from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy_buffer, has_grad
-from sopt.nn.kernels import backward_function, function, launch
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
+from sopt.kernel import Function, dummy_buffer, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
@@ -131,8 +131,8 @@ class HashGridEncoding(Module):
         self.table = Parameter(np.zeros((rows, self.n_features), np.float32), name="table")
         init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
         sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
-        self._forward_fn = function("nn/hashgrid", f"hashgrid_forward<{sizes}>")
-        self._backprop_fn = backward_function("nn/hashgrid", f"hashgrid_backprop<{sizes}>")
+        self._forward_fn = Function("nn/hashgrid", "hashgrid_forward", sizes)
+        self._backprop_fn = Function("nn/hashgrid", "hashgrid_backprop", sizes).backward
         self._level_args = {
             "scale": [lv.scale for lv in self.levels], "resolution": [lv.resolution for lv in self.levels],
             "offset": [lv.offset for lv in self.levels], "size": [lv.size for lv in self.levels],
@@ -142,8 +142,8 @@ class HashGridEncoding(Module):
         self._fixed: spy.Buffer | None = None     # deterministic mode's accumulators, made on first backward
         self._max_at = 0                          # byte offset of the next backward's M slot
         if self.deterministic:
-            self._max_fn = function("nn/hashgrid", f"hashgrid_grad_max<{self.n_levels},{self.n_features}>")
-            self._to_grad_fn = function("nn/hashgrid", f"hashgrid_fixed_to_grad<{self.n_features}>")
+            self._max_fn = Function("nn/hashgrid", "hashgrid_grad_max", self.n_levels, self.n_features)
+            self._to_grad_fn = Function("nn/hashgrid", "hashgrid_fixed_to_grad", self.n_features)
 
     @classmethod
     def from_config(cls, config: HashGridConfig, in_dims: int, *, seed: int = 0,

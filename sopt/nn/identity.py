@@ -9,7 +9,7 @@ from pydantic import Field
 
 from sopt.config.registry import ComponentConfig, register
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.nn.kernels import backward_function, function, launch
+from sopt.kernel import Function, launch
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.validation import check_float, check_int
@@ -33,8 +33,8 @@ class IdentityEncoding(Module):
         self.scale = check_float(scale, "IdentityEncoding scale")
         self.offset = check_float(offset, "IdentityEncoding offset")
         self.in_features = self.out_features = self.in_dims
-        self._forward_fn = function("nn/identity", "identity_forward")
-        self._backprop_fn = backward_function("nn/identity", "identity_backprop")
+        self._forward_fn = Function("nn/identity", "identity_forward")
+        self._backprop_fn = Function("nn/identity", "identity_backprop").backward
         self._buffers = BatchBuffers()
 
     @classmethod

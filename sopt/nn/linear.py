@@ -7,17 +7,17 @@ from typing import Any, Iterator
 
 import numpy as np
 import slangpy as spy
-from slangpy.slangpy import Shape
 
 from sopt import init
 from sopt.nn.activation import Activation, make_activation, slang_activation
-from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, dummy, has_grad
-from sopt.nn.kernels import backward_function, function, launch
+from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
+from sopt.kernel import Function, dummy, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
 from sopt.validation import check_bool, check_int
 
+_MODULE = "nn/linear"
 TILE = 4                # weight-gradient block per thread, TILE x TILE (linear.slang's TILE)
 ROWS_PER_CHUNK = 512    # batch rows one weight-gradient thread sums before its atomic add
 GROUP_THREADS = 256     # threads per group of the weight-gradient kernel (blocks of one chunk share a group)
@@ -73,15 +73,15 @@ class Linear(Module):
         init_linear_(self.weight, self.bias, seed)
         act = slang_activation(self.activation)[0]
         sizes = f"{self.in_features},{self.out_features}"
-        self._forward_fn = function("nn/linear", f"linear_forward<{sizes},{act}>")
-        self._backprop_fn = backward_function("nn/linear", f"linear_backprop<{sizes},{act}>")
+        self._forward_fn = Function(_MODULE, "linear_forward", sizes, act)
+        self._backprop_fn = Function(_MODULE, "linear_backprop", sizes, act).backward
         self._tiles = (-(-self.out_features // TILE), -(-(self.in_features + int(bias)) // TILE))
         rows = max(1, min(self._tiles[0], GROUP_THREADS // self._tiles[1]))
         group = (1, rows, self._tiles[1]) if self._tiles[1] <= GROUP_THREADS else (1, 1, GROUP_THREADS)
-        self._weight_grad_fn = function("nn/linear", f"linear_weight_grad<{sizes}>").call_group_shape(Shape(group))
+        self._weight_grad_fn = Function(_MODULE, "linear_weight_grad", sizes, group_shape=group)
         if self.deterministic:
-            self._partial_fn = function("nn/linear", f"linear_weight_grad_partial<{sizes}>").call_group_shape(Shape(group))
-            self._reduce_fn = function("nn/linear", f"linear_partials_reduce<{sizes}>")
+            self._partial_fn = Function(_MODULE, "linear_weight_grad_partial", sizes, group_shape=group)
+            self._reduce_fn = Function(_MODULE, "linear_partials_reduce", sizes)
         self._buffers = BatchBuffers()
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:

@@ -10,8 +10,7 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt import tape as tp
-from sopt.nn.batch import dummy, dummy_buffer
-from sopt.nn.kernels import function, launch
+from sopt.kernel import Function, Kernel, dummy, dummy_buffer, launch
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.diffusion2d_grid_steps import Diffusion2DGridSteps
 from sopt.sim.grid2d import (BlockTiling, Grid2D, TemporalBlocking, coefficient_args, coefficient_grad_args,
@@ -110,8 +109,8 @@ class Diffusion2D(Simulator):
         self.source = self._coefficient("source", 0.0 if source is None else source, shape, unit="K/s")
         self._initial("u", u0, shape, unit="K")
         self.check_stability()
-        self._step_fn = function("sim/diffusion2d", "diffusion2d_step")
-        self._adjoint_fn = function("sim/diffusion2d", "diffusion2d_adjoint")
+        self._step_fn = Function("sim/diffusion2d", "diffusion2d_step")
+        self._adjoint_fn = Function("sim/diffusion2d", "diffusion2d_adjoint")
         self._blocks: dict[str, dev.BoundKernel] = {}   # the steps kernels, bound on first use
         self._pingpong: spy.Tensor | None = None         # steps' intermediate states when no gradient is kept
         self._grid_steps: Diffusion2DGridSteps | None = None
@@ -238,10 +237,9 @@ class Diffusion2D(Simulator):
         if bound is None:
             g = self.grid
             tiling = self._forward_tiling if role == "forward" else self._backward_tiling
-            bound = dev.BoundKernel(dev.load_kernel("sim/diffusion2d_steps", f"diffusion2d_steps_{role}"),
-                                    grid_h=g.shape[0], grid_w=g.shape[1], dirichlet=int(g.boundary == "dirichlet"),
-                                    boundary_value=g.boundary_value, r=self.dt / g.dx ** 2, dt=self.dt,
-                                    **tiling.args())
+            bound = Kernel("sim/diffusion2d_steps", f"diffusion2d_steps_{role}").bind(
+                grid_h=g.shape[0], grid_w=g.shape[1], dirichlet=int(g.boundary == "dirichlet"),
+                boundary_value=g.boundary_value, r=self.dt / g.dx ** 2, dt=self.dt, **tiling.args())
             if role == "forward":   # not read by the forward kernel; bound so that every buffer slot is valid
                 bound.set(**_array_vars("g_last", None), **_array_vars("g_held", None), **_array_vars("g_first", None),
                           kappa_grad=dummy_buffer(), source_grad=dummy_buffer())

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import slangpy as spy
 
 from sopt import tape as tp
-from sopt.nn.batch import dummy_buffer
+from sopt.kernel import dummy_buffer
 from sopt.sim.grid_barrier import SteppingDispatch, max_groups, stepping_kernel
 from sopt.sim.state import State
 

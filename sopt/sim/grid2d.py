@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import slangpy as spy
 
-from sopt.nn.batch import dummy
+from sopt.kernel import dummy
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.validation import as_real_array, check_choice, check_float, check_int

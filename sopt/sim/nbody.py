@@ -11,7 +11,7 @@ from pydantic import Field
 from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
-from sopt.nn.kernels import function, launch
+from sopt.kernel import Function, launch
 from sopt.parameter import Parameter
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
@@ -83,8 +83,8 @@ class NBody(Simulator):
         device = get_device()
         self._zero_a = spy.Tensor.zeros(device, shape, "float")   # the "previous a" of the initial state (h = 0)
         self._scratch = [spy.Tensor.zeros(device, shape, "float") for _ in range(3)]  # unread gradients
-        self._step_fn = function("sim/nbody", f"nbody_step<{self.dim}>")
-        self._step_bwd_fn = function("sim/nbody", f"nbody_step_bwd<{self.dim}>")
+        self._step_fn = Function("sim/nbody", "nbody_step", self.dim)
+        self._step_bwd_fn = Function("sim/nbody", "nbody_step_bwd", self.dim)
 
     def to_config(self) -> NBodyConfig:
         """The config of this system (x0, v0, masses are build arguments: ``from_config(config, x0, v0, masses)``)."""

@@ -12,7 +12,7 @@ from pydantic import Field
 from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
-from sopt.nn.kernels import function, launch
+from sopt.kernel import Function, launch
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.simulator import Simulator
@@ -110,10 +110,10 @@ class Projectile(Simulator):
             raise ValueError(f"Projectile x0: particle {i} starts below the ground (height {x0_values[i, UP]:g} m < "
                              f"ground {self.ground:g} m); particles must start on or above it")
         self._check_stability(v.numpy())
-        self._forward_fn = function("sim/projectile", f"projectile_step<{dim}>")
-        self._adjoint_fn = function("sim/projectile", f"projectile_step_adjoint<{dim}>")
-        self._steps_fn = function("sim/projectile", f"projectile_steps<{dim}>")
-        self._steps_adjoint_fn = function("sim/projectile", f"projectile_steps_adjoint<{dim},{SEGMENT}>")
+        self._forward_fn = Function("sim/projectile", "projectile_step", dim)
+        self._adjoint_fn = Function("sim/projectile", "projectile_step_adjoint", dim)
+        self._steps_fn = Function("sim/projectile", "projectile_steps", dim)
+        self._steps_adjoint_fn = Function("sim/projectile", "projectile_steps_adjoint", dim, SEGMENT)
         device = get_device()
         self._no_grad = spy.Tensor.zeros(device, (1, dim), "float")   # for a dL/dstate not wanted: never touched
         self._no_starts = spy.Tensor.zeros(device, (1, 1, 2 * dim), "float")   # steps with nothing to save

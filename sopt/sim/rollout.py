@@ -32,12 +32,14 @@ import numpy as np
 import slangpy as spy
 
 from sopt import tape as tp
-from sopt.nn.kernels import function, launch
+from sopt.kernel import Function, launch
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
 from sopt.validation import check_bool, check_int
 
 StepFn = Callable[[State, int], State]
+
+_SUM_SQUARES = Function("sim/rollout", "sum_squares")   # a gradient's squared norm, per rollout step
 
 # States a recomputing rollout holds besides its slots and one segment's recomputed states: the copy of the final
 # state it returns, the two states its forward passes step between, and the copy of the initial state that
@@ -237,7 +239,7 @@ def _sum_squares(enc: spy.CommandEncoder, state: State, norms: spy.Tensor, index
     """norms[index] += sum of squares of every array's gradient in ``state``."""
     for t in state.arrays():
         grad = tp.flat(t.grad)
-        launch(function("sim/rollout", "sum_squares"), enc, spy.grid(tuple(grad.shape)), grad, norms, index)
+        launch(_SUM_SQUARES, enc, spy.grid(tuple(grad.shape)), grad, norms, index)
 
 
 class _Rollout:

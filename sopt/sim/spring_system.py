@@ -39,8 +39,7 @@ from pydantic import Field
 from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device
-from sopt.nn.batch import dummy
-from sopt.nn.kernels import function, launch
+from sopt.kernel import Function, dummy, launch
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.simulator import Simulator
@@ -196,7 +195,9 @@ class SpringSystem(Simulator):
         }
         self._topology = {name: spy.Tensor.from_numpy(device, np.ascontiguousarray(a))
                           for name, a in self.topology_host.items()}
-        self._step_fn = function(_MODULE, f"spring_step<{dim}>")
+        self._step_fn = Function(_MODULE, "spring_step", dim)
+        self._adjoint_fns = (Function(_MODULE, "spring_adjoint_prepass", dim), Function(_MODULE, "spring_adjoint", dim),
+                             Function(_MODULE, "spring_adjoint_gather", dim))
         self._spring_bar: spy.Tensor | None = None   # (S, 3 dim) adjoint scratch, reused every step
         self._force_bar: spy.Tensor | None = None    # (N, dim) dL/dF scratch (ground only)
         self._fused: FusedSpringSteps | None = None  # the multi-step kernels, made at the first steps()
@@ -404,7 +405,7 @@ class SpringSystem(Simulator):
         want_v = tape is not None and v.grad_out is not None and tape.requires_grad(v)
         want_control = (self.n_actuators > 0 and control_t.grad_out is not None and tape is not None
                         and tape.requires_grad(control_t))
-        n, s_count, dim = self.n_particles, self.n_springs, self.dim
+        n, s_count = self.n_particles, self.n_springs
         topology = self._topology
 
         def forward(enc: spy.CommandEncoder) -> None:
@@ -418,10 +419,9 @@ class SpringSystem(Simulator):
             sg = {"x": x.grad if want_x else dummy(2), "want_x": int(want_x),
                   "v": v.grad if want_v else dummy(2), "want_v": int(want_v)}
             gx, gv = out.x.grad, out.v.grad
-            spring_fn = function(_MODULE, f"spring_adjoint<{dim}>")
-            gather_fn = function(_MODULE, f"spring_adjoint_gather<{dim}>")
+            prepass_fn, spring_fn, gather_fn = self._adjoint_fns
             if self.ground is not None:
-                launch(function(_MODULE, f"spring_adjoint_prepass<{dim}>"), enc, spy.grid((n,)), topology, co,
+                launch(prepass_fn, enc, spy.grid((n,)), topology, co,
                        control_t, x, v, gx, gv, force_bar, sg, grads)
                 launch(spring_fn, enc, spy.grid((s_count,)), topology, co, control_t, x, v, gx, gv, force_bar, 1,
                        spring_bar, 0, grads)

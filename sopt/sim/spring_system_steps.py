@@ -47,7 +47,7 @@ import slangpy as spy
 
 from sopt import device as dev
 from sopt import tape as tp
-from sopt.nn.batch import dummy
+from sopt.kernel import dummy
 from sopt.sim.grid_barrier import SteppingDispatch, max_groups, stepping_kernel
 from sopt.sim.state import State
 

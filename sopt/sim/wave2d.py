@@ -11,8 +11,7 @@ from pydantic import Field
 
 from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
-from sopt.nn.batch import dummy
-from sopt.nn.kernels import function, launch
+from sopt.kernel import Function, dummy, launch
 from sopt.sim.grid2d import Grid2D, coefficient_args, coefficient_grad_args, grid_shape
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
@@ -85,8 +84,8 @@ class Wave2D(Simulator):
         self._initial("u", u0, shape, unit="m")
         self._initial("v", np.zeros(shape) if v0 is None else v0, shape, unit="m/s")
         self.check_stability()
-        self._step_fn = function("sim/wave2d", "wave2d_step")
-        self._adjoint_fn = function("sim/wave2d", "wave2d_adjoint")
+        self._step_fn = Function("sim/wave2d", "wave2d_step")
+        self._adjoint_fn = Function("sim/wave2d", "wave2d_adjoint")
 
     def to_config(self) -> Wave2DConfig:
         """The config of this simulator (u0 is a build argument: ``from_config(config, u0, v0=...)``); ValueError

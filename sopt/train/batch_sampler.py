@@ -20,11 +20,13 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
+from sopt.kernel import Kernel
 from sopt.validation import as_float32_array, check_int
 
 _THREADS = 256
 _MAX_GROUPS = 65535          # per-dimension dispatch limit (Vulkan minimum, also CUDA's y/z limit)
 _UINT32 = 1 << 32
+_GATHER_BATCH = Kernel("train/batch_sampler", "gather_batch")   # the batch rows, gathered by index
 
 
 class Batch(NamedTuple):
@@ -122,10 +124,9 @@ class BatchSampler:
         self.first_row = 0   # row of the whole batch that this sampler's row 0 is (see split)
         self.parts = 1       # processes the batch is split over (see split)
         # arguments stay bound between draws; only those that change are rewritten
-        self._kernel = dev.BoundKernel(dev.load_kernel("train/batch_sampler", "gather_batch"),
-                                       src_inputs=self.inputs.storage, src_targets=self.targets.storage,
-                                       batch_inputs=self.batch.inputs.storage,
-                                       batch_targets=self.batch.targets.storage, batch_indices=self.indices.storage)
+        self._kernel = _GATHER_BATCH.bind(src_inputs=self.inputs.storage, src_targets=self.targets.storage,
+                                          batch_inputs=self.batch.inputs.storage,
+                                          batch_targets=self.batch.targets.storage, batch_indices=self.indices.storage)
 
     def split(self, rank: int, world_size: int) -> None:
         """Draw only process ``rank``'s part of each batch from now on: ``b = batch_size / world_size`` rows, rows

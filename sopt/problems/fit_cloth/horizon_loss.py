@@ -9,13 +9,18 @@ keeps the fit in the right basin; the whole window then pins the damping, whose 
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import slangpy as spy
 
-from sopt.problems.fit_cloth.kernels import function
 from sopt.problems.fitting.horizon import horizon_fraction
 from sopt import tape as tp
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
+
+_SOURCE = pathlib.Path(__file__).with_name("fit_cloth.slang")
+_HORIZON_SQUARED_DISTANCE = Function(_SOURCE, "horizon_squared_distance")
+_HORIZON_SQUARED_DISTANCE_ADJOINT = Function(_SOURCE, "horizon_squared_distance_adjoint")
 
 
 class HorizonLoss:
@@ -41,11 +46,11 @@ class HorizonLoss:
         observed = tp.flat(self.observed)
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(function("horizon_squared_distance"), enc, threads, horizon, n, inv_count, tp.flat(predicted),
+            launch(_HORIZON_SQUARED_DISTANCE, enc, threads, horizon, n, inv_count, tp.flat(predicted),
                    observed, tp.flat(terms))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(function("horizon_squared_distance_adjoint"), enc, threads, horizon, n, inv_count,
+            launch(_HORIZON_SQUARED_DISTANCE_ADJOINT, enc, threads, horizon, n, inv_count,
                    tp.flat(predicted), observed, tp.flat(terms.grad), tp.flat(predicted.grad))
 
         tp.record("HorizonLoss", forward, backward, reads=[predicted], writes=[terms], add_grads=[predicted])

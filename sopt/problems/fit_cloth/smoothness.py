@@ -12,14 +12,19 @@ stiffness of springs the motion hardly loads (their data gradient is small) towa
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import slangpy as spy
 
-from sopt.problems.fit_cloth.kernels import function
 from sopt import device as dev
 from sopt import tape as tp
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
 from sopt.parameter import Parameter
+
+_SOURCE = pathlib.Path(__file__).with_name("fit_cloth.slang")
+_SMOOTHNESS_TERMS = Function(_SOURCE, "smoothness_terms")
+_SMOOTHNESS_ADJOINT = Function(_SOURCE, "smoothness_adjoint")
 
 
 def family_shapes(nx: int, ny: int) -> list[tuple[int, int]]:
@@ -67,10 +72,10 @@ class SpringSmoothness:
         inv_scale, coef = 1.0 / self.scale, self.weight / self.count
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(function("smoothness_terms"), enc, threads, inv_scale, coef, self._neighbours, k.values, terms)
+            launch(_SMOOTHNESS_TERMS, enc, threads, inv_scale, coef, self._neighbours, k.values, terms)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(function("smoothness_adjoint"), enc, threads, inv_scale, coef, self._neighbours, k.values,
+            launch(_SMOOTHNESS_ADJOINT, enc, threads, inv_scale, coef, self._neighbours, k.values,
                    terms.grad, k.grad)
 
         tp.record("SpringSmoothness", forward, backward, writes=[terms], params=[k])

@@ -31,24 +31,13 @@ import numpy as np
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
 from sopt import tape as tp
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
 from sopt.validation import check_float
 
 _SOURCE = pathlib.Path(__file__).with_name("scaled_parameter.slang")
-_functions: dict[tuple[int, str], Any] = {}
-
-
-def _function(name: str) -> Any:
-    """The SlangPy function ``name`` of scaled_parameter.slang on the current device (loaded once)."""
-    device = dev.get_device()
-    key = (id(device), name)
-    if key not in _functions:
-        module = spy.Module.load_from_file(device, str(_SOURCE))   # compiled at the first launch
-        for entry in ("scaled_to_physical", "scaled_pull_gradient"):
-            _functions[(id(device), entry)] = module.require_function(entry)
-    return _functions[key]
+_TO_PHYSICAL = Function(_SOURCE, "scaled_to_physical")
+_PULL_GRADIENT = Function(_SOURCE, "scaled_pull_gradient")
 
 
 def _bound(value: float) -> float:
@@ -97,11 +86,11 @@ class ScaledParameter:
         z, p = self.trainable, self.physical
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_function("scaled_to_physical"), enc, grid, self.scale, _bound(self.low), _bound(self.high),
+            launch(_TO_PHYSICAL, enc, grid, self.scale, _bound(self.low), _bound(self.high),
                    tp.flat(z.values), tp.flat(p.values))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_function("scaled_pull_gradient"), enc, grid, self.scale, tp.flat(p.grad), tp.flat(z.grad))
+            launch(_PULL_GRADIENT, enc, grid, self.scale, tp.flat(p.grad), tp.flat(z.grad))
 
         # no writes declared: the backward must run whatever reached the outputs (the simulators add into
         # physical.grad, a Parameter's gradient, which the tape does not track as an array)

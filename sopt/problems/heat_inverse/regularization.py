@@ -14,13 +14,18 @@ kink at zero gradient (it is differentiable everywhere; eps in units of the scal
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import slangpy as spy
 
-from sopt.problems.heat_inverse.kernels import function
 from sopt import tape as tp
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
 from sopt.parameter import Parameter
+
+_SOURCE = pathlib.Path(__file__).with_name("heat_inverse.slang")
+_REGULARIZER_TERMS = Function(_SOURCE, "regularizer_terms")
+_REGULARIZER_ADJOINT = Function(_SOURCE, "regularizer_adjoint")
 
 KINDS = {"Tikhonov": 0, "TV": 1}
 
@@ -54,10 +59,10 @@ class FieldRegularizer:
         threads = spy.grid((self.cells,))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(function("regularizer_terms"), enc, threads, self._grid, tp.flat(kappa.values), terms)
+            launch(_REGULARIZER_TERMS, enc, threads, self._grid, tp.flat(kappa.values), terms)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(function("regularizer_adjoint"), enc, threads, self._grid, tp.flat(kappa.values), terms.grad,
+            launch(_REGULARIZER_ADJOINT, enc, threads, self._grid, tp.flat(kappa.values), terms.grad,
                    tp.flat(kappa.grad))
 
         tp.record(f"{self.kind} regularizer", forward, backward, writes=[terms], params=[kappa])
@@ -73,3 +78,30 @@ class FieldRegularizer:
         s = a * a + b * b
         per_cell = s if self.kind == "Tikhonov" else np.sqrt(s + self.eps ** 2) - self.eps
         return float(self.weight / self.cells * per_cell.sum())
+
+    def hessian(self, kappa: np.ndarray) -> np.ndarray:
+        """The Hessian of R at a host field (H, W), in kappa (m^2/s): (H W, H W) float64, cells in row-major order
+        (the uncertainty's prior precision). With D_a, D_b the forward-difference matrices (z -> a, b) and per cell
+        the Hessian of its term in (a, b), h = 2 I (Tikhonov) or I / s - (a, b)(a, b)^T / s^3 with s = sqrt(a^2 + b^2
+        + eps^2) (TV; positive definite, 1 / eps at a flat cell)::
+
+            d^2R/dkappa^2 = w / (N scale^2) [D_a^T h_aa D_a + D_a^T h_ab D_b + D_b^T h_ab D_a + D_b^T h_bb D_b]
+        """
+        z = np.asarray(kappa, np.float64) / self.scale
+        h, w = z.shape
+        if (h, w) != self.shape:
+            raise ValueError(f"FieldRegularizer.hessian: kappa has shape {z.shape}, expected {self.shape}")
+        n = h * w
+        index = np.arange(n).reshape(h, w)
+        d_a, d_b = np.zeros((n, n)), np.zeros((n, n))
+        d_a[index[:, :-1], index[:, :-1]], d_a[index[:, :-1], index[:, 1:]] = -1.0, 1.0   # a = z[r, c+1] - z[r, c]
+        d_b[index[:-1, :], index[:-1, :]], d_b[index[:-1, :], index[1:, :]] = -1.0, 1.0   # b = z[r+1, c] - z[r, c]
+        a, b = d_a @ z.ravel(), d_b @ z.ravel()
+        if self.kind == "Tikhonov":
+            h_aa, h_bb, h_ab = np.full(n, 2.0), np.full(n, 2.0), np.zeros(n)
+        else:
+            s = np.sqrt(a * a + b * b + self.eps ** 2)
+            h_aa, h_bb, h_ab = 1.0 / s - a * a / s ** 3, 1.0 / s - b * b / s ** 3, -a * b / s ** 3
+        cross = d_a.T @ (h_ab[:, None] * d_b)
+        hess = d_a.T @ (h_aa[:, None] * d_a) + d_b.T @ (h_bb[:, None] * d_b) + cross + cross.T
+        return self.weight / (self.cells * self.scale ** 2) * hess

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import slangpy as spy
 
-from sopt.problems.heat_inverse.kernels import function
 from sopt import tape as tp
 from sopt.device import get_device
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
+
+_SOURCE = pathlib.Path(__file__).with_name("heat_inverse.slang")
+_SENSOR_READ = Function(_SOURCE, "sensor_read")
+_SENSOR_READ_ADJOINT = Function(_SOURCE, "sensor_read_adjoint")
 
 
 def sensor_cells(grid: int, rows: int, cols: int) -> np.ndarray:
@@ -54,11 +59,11 @@ class Sensors:
         grid = spy.grid((k * self.count,))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(function("sensor_read"), enc, grid, self.count, cells, self._cells, tp.flat(trajectory),
+            launch(_SENSOR_READ, enc, grid, self.count, cells, self._cells, tp.flat(trajectory),
                    tp.flat(out))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(function("sensor_read_adjoint"), enc, grid, self.count, cells, self._cells, tp.flat(out.grad),
+            launch(_SENSOR_READ_ADJOINT, enc, grid, self.count, cells, self._cells, tp.flat(out.grad),
                    tp.flat(trajectory.grad))
 
         tp.record("Sensors.read", forward, backward, writes=[out], add_grads=[trajectory])

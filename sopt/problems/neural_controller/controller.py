@@ -21,28 +21,18 @@ from typing import Any
 
 import slangpy as spy
 
-from sopt import device as dev
 from sopt import init
 from sopt import tape as tp
 from sopt.nn import MLP
-from sopt.nn.kernels import launch
+from sopt.kernel import Function, launch
 from sopt.nn.seeding import derive_seed
 from sopt.sim.state import State
 
 _SOURCE = pathlib.Path(__file__).with_name("controller.slang")
-_ENTRIES = ("controller_features", "controller_features_bwd", "walk_loss", "walk_loss_bwd")
-_functions: dict[tuple[int, str], Any] = {}
-
-
-def _function(name: str) -> Any:
-    """The SlangPy function ``name`` of controller.slang on the current device (loaded once)."""
-    device = dev.get_device()
-    key = (id(device), name)
-    if key not in _functions:
-        module = spy.Module.load_from_file(device, str(_SOURCE))
-        for entry in _ENTRIES:
-            _functions[(id(device), entry)] = module.require_function(entry)
-    return _functions[key]
+_FEATURES = Function(_SOURCE, "controller_features")
+_FEATURES_BWD = Function(_SOURCE, "controller_features_bwd")
+_WALK_LOSS = Function(_SOURCE, "walk_loss")
+_WALK_LOSS_BWD = Function(_SOURCE, "walk_loss_bwd")
 
 
 class NeuralController:
@@ -87,11 +77,11 @@ class NeuralController:
         n, n_sin, scale, time = self.n, self.n_sin, self.state_scale, t * self.dt
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_function("controller_features"), enc, spy.grid((self.n_features,)), n, n_sin, time, self.omega,
+            launch(_FEATURES, enc, spy.grid((self.n_features,)), n, n_sin, time, self.omega,
                    scale, x, v, out)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_function("controller_features_bwd"), enc, spy.grid((2 * n,)), n, n_sin, scale, out.grad, x.grad,
+            launch(_FEATURES_BWD, enc, spy.grid((2 * n,)), n, n_sin, scale, out.grad, x.grad,
                    v.grad)
 
         tape = tp.current_tape()
@@ -113,10 +103,10 @@ def walk_loss(x: spy.Tensor, start: float) -> spy.Tensor:
     loss = tp.new_tensor((1,))
 
     def forward(enc: spy.CommandEncoder) -> None:
-        launch(_function("walk_loss"), enc, spy.grid((1,)), n, float(start), x, loss)
+        launch(_WALK_LOSS, enc, spy.grid((1,)), n, float(start), x, loss)
 
     def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-        launch(_function("walk_loss_bwd"), enc, spy.grid((n,)), n, tp.flat(loss.grad), x.grad)
+        launch(_WALK_LOSS_BWD, enc, spy.grid((n,)), n, tp.flat(loss.grad), x.grad)
 
     tp.record("walk_loss", forward, backward, reads=[x], writes=[loss], add_grads=[x])
     return loss
