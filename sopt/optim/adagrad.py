@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.config.registry import register
+from sopt.kernel import Kernel
 from sopt.optim.hyperparameter import MAXIMIZE, Hyperparameter, config_model, epsilon, learning_rate, weight_decay
 from sopt.optim.optimizer import Optimizer
 
@@ -38,8 +39,7 @@ class Adagrad(Optimizer):
     """
 
     hyperparameters = HYPERPARAMETERS
-    kernel_module = "optim/adagrad"
-    kernel_entry = "adagrad_step"
+    update_kernel = Kernel("optim/adagrad", "adagrad_step")
     state_names = ("sum",)
 
     def state_fill(self, name: str, group: dict[str, Any]) -> float:

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from sopt.config.registry import register
+from sopt.kernel import Kernel
 from sopt.optim.hyperparameter import (MAXIMIZE, Hyperparameter, betas, config_model, epsilon, learning_rate,
                                        weight_decay)
 from sopt.optim.optimizer import Optimizer
@@ -45,8 +46,7 @@ class Adam(Optimizer):
     """
 
     hyperparameters = HYPERPARAMETERS
-    kernel_module = "optim/adam"
-    kernel_entry = "adam_step"
+    update_kernel = Kernel("optim/adam", "adam_step")
     state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     decoupled_weight_decay = False
 

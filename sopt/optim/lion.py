@@ -4,6 +4,7 @@ Kernel: slang_lib/optim/lion.slang."""
 from __future__ import annotations
 
 from sopt.config.registry import register
+from sopt.kernel import Kernel
 from sopt.optim.hyperparameter import betas, config_model, learning_rate, weight_decay
 from sopt.optim.optimizer import Optimizer
 
@@ -45,6 +46,5 @@ class Lion(Optimizer):
     """
 
     hyperparameters = HYPERPARAMETERS
-    kernel_module = "optim/lion"
-    kernel_entry = "lion_step"
+    update_kernel = Kernel("optim/lion", "lion_step")
     state_names = ("exp_avg",)

@@ -50,6 +50,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
+from sopt.kernel import Kernel
 from sopt.optim.arena import ParameterArena
 from sopt.optim.hyperparameter import Hyperparameter, signature
 from sopt.optim.param_groups import SCHEDULE_GROUP_KEYS, normalise_groups
@@ -79,6 +80,9 @@ RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
 # how a step checks its gradients (optimizer.slang's PASS_*)
 _PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK, _PASS_STATS_CHECK = 0, 1, 2, 3, 4
 _DOUBLE_BUFFERED = (_PASS_CHECK, _PASS_STATS_CHECK)   # passes whose update writes the other side
+# the kernels every optimiser shares (slang_lib/optim/optimizer.slang), by role
+_SHARED_KERNELS = {"stats": Kernel("optim/optimizer", "grad_stats"), "scan": Kernel("optim/optimizer", "nonfinite_scan"),
+                   "restore": Kernel("optim/optimizer", "nonfinite_restore"), "fill": Kernel("optim/optimizer", "fill")}
 
 
 class Optimizer(StateDict):
@@ -112,14 +116,18 @@ class Optimizer(StateDict):
     """
 
     hyperparameters: ClassVar[tuple[Hyperparameter, ...]]   # torch's constructor order
-    kernel_module: ClassVar[str]
-    kernel_entry: ClassVar[str]
+    update_kernel: ClassVar[Kernel]   # the update's entry point; "<entry>_unchecked" beside it checks nothing
+    kernels: ClassVar[dict[str, Kernel]]   # every kernel of the class by role, from update_kernel (see _kernel)
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "hyperparameters" in cls.__dict__:
             cls.__signature__ = signature(cls.hyperparameters)   # type: ignore[attr-defined]
+        if "update_kernel" in cls.__dict__:
+            update = cls.update_kernel
+            cls.kernels = {"update": update, "update_unchecked": Kernel(update.source, f"{update.entry}_unchecked"),
+                           **_SHARED_KERNELS}
 
     def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         # torch's TypeErrors for a missing, repeated or unknown argument
@@ -270,7 +278,7 @@ class Optimizer(StateDict):
         """The groups' hyperparameter structs, bytes laid out as the ``role`` kernel reads them: SlangPy's
         BufferCursor over the element type of its entry point's ``hyper`` parameter, written field by field by
         name (the struct's order and the backend's layout are the compiler's business, not the host's)."""
-        kernel = dev.load_kernel(*self._entry(role))
+        kernel = self.kernels[role].load()
         parameters = {p.name: p for p in kernel.program.layout.entry_points[0].parameters}
         layout = parameters["hyper"].type_layout.element_type_layout
         declared = {f.name for f in layout.fields}
@@ -278,7 +286,7 @@ class Optimizer(StateDict):
         for k, group in enumerate(fields):
             if set(group) != declared:   # the class and its kernel disagree: a bug of the optimiser, not of a config
                 raise TypeError(f"{type(self).__name__}.kernel_fields gives {sorted(group)}, but the struct "
-                                f"{layout.name} of {self.kernel_module}.slang has {sorted(declared)}")
+                                f"{layout.name} of {self.update_kernel.source.label} has {sorted(declared)}")
             record = cursor[k]
             for name, value in group.items():
                 with np.errstate(over="ignore"):   # a finite value beyond float32 becomes inf: the checked
@@ -354,21 +362,12 @@ class Optimizer(StateDict):
         check nothing."""
         bound = self._bound.get((role, src_side, dst_side))
         if bound is None:
-            kernel = dev.load_kernel(*self._entry(role))
+            kernel = self.kernels[role].load()
             sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith(("update", "restore")) else {}
             hyper = {"hyper": self._hyper} if role.startswith("update") else {}
             bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides, **hyper)
             self._bound[(role, src_side, dst_side)] = bound
         return bound
-
-    def _entry(self, role: str) -> tuple[str, str]:
-        """The Slang module and entry point of ``role`` (see :meth:`_kernel`)."""
-        return {"update": (self.kernel_module, self.kernel_entry),
-                "update_unchecked": (self.kernel_module, f"{self.kernel_entry}_unchecked"),
-                "stats": ("optim/optimizer", "grad_stats"),
-                "scan": ("optim/optimizer", "nonfinite_scan"),
-                "restore": ("optim/optimizer", "nonfinite_restore"),
-                "fill": ("optim/optimizer", "fill")}[role]
 
     def zero_grad(self) -> None:
         """Set every gradient to zero (``step()`` already does this as it consumes them)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.config.registry import register
+from sopt.kernel import Kernel
 from sopt.optim.hyperparameter import MAXIMIZE, Hyperparameter, config_model, epsilon, learning_rate, weight_decay
 from sopt.optim.optimizer import Optimizer
 
@@ -43,8 +44,7 @@ class RMSprop(Optimizer):
     """
 
     hyperparameters = HYPERPARAMETERS
-    kernel_module = "optim/rmsprop"
-    kernel_entry = "rmsprop_step"
+    update_kernel = Kernel("optim/rmsprop", "rmsprop_step")
     state_names = ("square_avg", "momentum_buffer", "grad_avg")
 
     def required_states(self) -> set[str]:

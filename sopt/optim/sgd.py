@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import model_validator
 
 from sopt.config.registry import register
+from sopt.kernel import Kernel
 from sopt.optim.hyperparameter import MAXIMIZE, Hyperparameter, config_model, learning_rate, weight_decay
 from sopt.optim.optimizer import Optimizer
 
@@ -47,8 +48,7 @@ class SGD(Optimizer):
     """
 
     hyperparameters = HYPERPARAMETERS
-    kernel_module = "optim/sgd"
-    kernel_entry = "sgd_step"
+    update_kernel = Kernel("optim/sgd", "sgd_step")
     state_names = ("momentum_buffer",)
 
     def check_group(self, group: dict[str, Any]) -> None:

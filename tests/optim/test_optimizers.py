@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sopt
+from sopt.kernel import Kernel
 from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from tests.optim.reference import ReferenceOptimizer
 
@@ -173,8 +174,8 @@ def test_lr_change_every_step_without_recompiling():
         used = {role: bound.kernel for (role, _, _), bound in opt._bound.items()}
         kernels = kernels or used
         assert used == kernels, f"step {k} used kernels {used}, step 0 used {kernels}"
-    assert kernels == {"restore": sopt.device.load_kernel("optim/optimizer", "nonfinite_restore"),
-                       "update": sopt.device.load_kernel("optim/sgd", "sgd_step")}
+    assert kernels == {"restore": Kernel("optim/optimizer", "nonfinite_restore").load(),
+                       "update": Kernel("optim/sgd", "sgd_step").load()}
     for p, a, expected in zip(params, init, ref.params):
         assert_close(p.numpy(), expected, what="lr schedule", scale=a)
 
