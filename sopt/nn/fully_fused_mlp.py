@@ -52,6 +52,7 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.config.schema import StrictModel
+from sopt.kernel import Kernel
 from sopt.nn.activation import (Activation, ActivationName, activation_key, activation_name, make_activation,
                                 slang_activation)
 from sopt.nn.mlp import initial_layer_weights
@@ -65,6 +66,10 @@ TS = 64  # samples per tile
 _MAX_BOUND = 8192  # bound kernels (and forward calls) remembered: a rollout calls the network once per step
 MAX_WIDTH = 64
 _MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
+_SOURCE = "nn/fully_fused_mlp"
+_FORWARD = Kernel(_SOURCE, "ffmlp_forward_kernel")    # generic: ffmlp_forward's arguments
+_BACKWARD = Kernel(_SOURCE, "ffmlp_backward_kernel")  # generic: ffmlp_backward's arguments
+_REDUCE_PARTIALS = Kernel(_SOURCE, "ffmlp_reduce_partials_kernel")
 
 
 
@@ -179,7 +184,7 @@ class FullyFusedMLP(Module):
         # the output layer's backward runs inside the last hidden layer's kernel (no dL/dz round trip through
         # memory) when it has <= 4 outputs and the last hidden layer is not layer 0
         self._fold_top = out_features <= 4 and hidden_layers >= 2
-        self._kernels: dict[str, spy.ComputeKernel] | None = None
+        self._kernels = self._declare_kernels()
         self._buffers: dict[int, dict[str, spy.Tensor]] = {}
         # (y, saved) of recent forward calls by id(y): backward finds the activations of the call it is given
         self._calls: OrderedDict[int, tuple[spy.Tensor, spy.Tensor]] = OrderedDict()
@@ -261,48 +266,30 @@ class FullyFusedMLP(Module):
         self.params.load(self._flatten(layers))
 
     # -- kernels -------------------------------------------------------------------------------------------------
-    def _compile(self) -> dict[str, spy.ComputeKernel]:
-        if self._kernels is not None:
-            return self._kernels
+    def _declare_kernels(self) -> dict[str, Kernel]:
+        """This network's kernels by name (``forward_<save>``, ``backward_<layer>_<want dx>``, ``reduce_partials``):
+        fully_fused_mlp.slang's generic entry points specialised to its sizes and activations, loaded at first use."""
         # the shared activation structs, bound to the act_p / out_act_p uniforms (see _kernel)
         act = f"HiddenAct<{slang_activation(self.activation_module)[0]}>"
         out_act = f"OutputAct<{slang_activation(self.output_activation_module)[0]}>"
         h, L, out = self.hidden_features, self.hidden_layers, self.out_features
         raw, freqs = self.in_features, self.n_frequencies
         in4, out4 = _align4(self.encoded_features), _align4(out)
-        det = int(self.deterministic)
-        lines = ["import nn.fully_fused_mlp;"]
-        header = f'[shader("compute")]\n[numthreads({NT}, 1, 1)]\n'
-        for save in (0, 1):
-            lines.append(f"{header}void forward_{save}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
-                         f"ffmlp_forward<{raw}, {freqs}, {in4}, {h}, {out}, {out4}, {L}, {act}, {out_act}, {save}, "
-                         f"{_samples_per_thread(h)}, {_samples_per_thread(out4)}>(gid.x, lane); }}")
-        names = [f"forward_{s}" for s in (0, 1)]
+        kernels = {f"forward_{save}": _FORWARD.specialise(raw, freqs, in4, h, out, out4, L, act, out_act, save,
+                                                          _samples_per_thread(h), _samples_per_thread(out4))
+                   for save in (0, 1)}
         for j, (i_pad, i_log, o, _) in enumerate(self.layers):
             if self._fold_top and j == L:
                 continue
             act_o = out_act if j == L else act
             ft = int(self._fold_top and j == L - 1)
             for want_dx in ((0, 1) if j == 0 else (1,)):
-                name = f"backward_{j}_{want_dx}"
-                lines.append(f"{header}void {name}(uint3 gid: SV_GroupID, uint lane: SV_GroupIndex) {{ "
-                             f"ffmlp_backward<{i_pad}, {i_log}, {raw}, {freqs}, {o}, {_align4(o)}, {act_o}, {act}, "
-                             f"{int(j == L)}, {int(j == 0)}, {want_dx}, {_samples_per_thread(i_pad)}, "
-                             f"{_inputs_per_thread(_align4(o), i_pad)}, {ft}, {out}, {out4}, {out_act}, {det}>(gid.x, lane); }}")
-                names.append(name)
-        if det:
-            lines.append(f"{header}void reduce_partials(uint3 tid: SV_DispatchThreadID) {{ ffmlp_reduce_partials(tid.x); }}")
-            names.append("reduce_partials")
-        device = dev.get_device()
-        key = (f"ffmlp_{raw}_{freqs}_{h}_{out}_{L}_{slang_activation(self.activation_module)[0]}_"
-               f"{slang_activation(self.output_activation_module)[0]}_{det}")
-        kernels = {}
-        with dev.compiling(f"FullyFusedMLP ({self.in_features} -> {h} x {L} -> {out}, kernels {key})"):
-            module = device.load_module_from_source(key, "\n".join(lines))
-            for name in names:
-                program = device.link_program([module], [module.entry_point(name)])
-                kernels[name] = device.create_compute_kernel(program)
-        self._kernels = kernels
+                kernels[f"backward_{j}_{want_dx}"] = _BACKWARD.specialise(
+                    i_pad, i_log, raw, freqs, o, _align4(o), act_o, act, int(j == L), int(j == 0), want_dx,
+                    _samples_per_thread(i_pad), _inputs_per_thread(_align4(o), i_pad), ft, out, out4, out_act,
+                    int(self.deterministic))
+        if self.deterministic:
+            kernels["reduce_partials"] = _REDUCE_PARTIALS
         return kernels
 
     def _batch_buffers(self, n: int) -> dict[str, spy.Tensor]:
@@ -351,7 +338,7 @@ class FullyFusedMLP(Module):
         if bound is None:
             if len(self._bound) > _MAX_BOUND:
                 self._bound.clear()
-            bound = dev.BoundKernel(self._compile()[name], mlp_x=x.storage, x_off=x.offset, n_rows=n,
+            bound = self._kernels[name].bind(mlp_x=x.storage, x_off=x.offset, n_rows=n,
                                     n_pad=-(-n // TS) * TS, mlp_saved=saved.storage, saved_off=saved.offset,
                                     act_p=spy.float2(*slang_activation(self.activation_module)[1]),
                                     out_act_p=spy.float2(*slang_activation(self.output_activation_module)[1]))
