@@ -109,10 +109,11 @@ def run_bench(kit_dir: str | os.PathLike[str], *, dims: list[int], models: list[
         if m not in MODELS:
             raise ValueError(f"run_bench: model {m!r} is not one of {MODELS}")
     kit = check_kit(kit_dir, dims)
-    pathlib.Path(build_dir).mkdir(parents=True, exist_ok=True)
+    rtc_cache = pathlib.Path(build_dir) / "rtc_cache"   # JIT-compiled kernels, reused across batches and calls
+    rtc_cache.mkdir(parents=True, exist_ok=True)
     args = ["bash", str(RUN_SH), "--dims", ",".join(map(str, dims)), "--models", ",".join(models),
             "--batches", ",".join(map(str, batches)), "--steps", ",".join(map(str, steps)),
-            "--warmup", str(warmup), "--jit", "both", "--rtc-cache", str(pathlib.Path(build_dir) / "rtc_cache")]
+            "--warmup", str(warmup), "--jit", "both", "--rtc-cache", str(rtc_cache)]
     env = {**os.environ, "TCNN_KIT": str(kit), "BUILD_DIR": build_dir}
     rows, tail = [], []
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
