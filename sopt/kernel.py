@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import pathlib
 import threading
+import time
 from typing import Any, Iterable
 
 import numpy as np
@@ -40,7 +41,7 @@ from slangpy.slangpy import Shape
 
 from sopt import device as dev
 
-__all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "launch", "prefetch"]
+__all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "launch", "prefetch_declared"]
 
 # loaded objects, by (id of the device, what) -- one device per process today, but a kernel belongs to a device
 _modules: dict[tuple[int, str], spy.Module] = {}             # SlangPy modules (functions)
@@ -48,7 +49,8 @@ _slang_modules: dict[tuple[int, str], spy.SlangModule] = {}  # compiler modules 
 _nodes: dict[tuple[int, str, str, bool], FunctionNode] = {}
 _programs: dict[tuple[int, str, str], spy.ComputeKernel] = {}
 _launched: set[tuple[int, str, str, bool]] = set()            # functions launched before (SlangPy compiles at the first)
-_lock = threading.RLock()   # loads may come from a prefetching thread while the main thread launches
+_lock = threading.RLock()   # the Slang session is used by one thread at a time: prefetching vs. launching
+_declared: dict[tuple[str, bool], "Source"] = {}   # (source, for compute kernels) of every declaration, in order
 
 
 class Source:
@@ -138,6 +140,7 @@ class Function:
         self._device: spy.Device | None = None
         self._node: FunctionNode | None = None
         self._launched = False
+        _declared.setdefault((self.source.key, False), self.source)
 
     def specialise(self, *generic: Any) -> "Function":
         """This function with generic arguments ``generic`` (appended to any it has)."""
@@ -198,14 +201,15 @@ def launch(function: Function, encoder: spy.CommandEncoder | None, *args: Any, *
     if function._device is device and function._launched:
         _run(function._node, encoder, args, kwargs)   # type: ignore[arg-type]
         return
-    node = function.load()
-    key = function._key(device)
-    if key not in _launched:
-        with dev.compiling(function.label):   # SlangPy compiles a function at its first call
+    with _lock:   # SlangPy compiles a function at its first call, in the Slang session
+        node = function.load()
+        key = function._key(device)
+        if key not in _launched:
+            with dev.compiling(function.label):
+                _run(node, encoder, args, kwargs)
+            _launched.add(key)
+        else:
             _run(node, encoder, args, kwargs)
-        _launched.add(key)
-    else:
-        _run(node, encoder, args, kwargs)
     function._device, function._node, function._launched = device, node, True
 
 
@@ -233,6 +237,7 @@ class Kernel:
         self.generic = tuple(generic)
         spec = f"<{_generic_text(generic)}>" if generic else ""
         self.label = label if label is not None else f"{self.source.label}:{entry}{spec}"
+        _declared.setdefault((self.source.key, True), self.source)
 
     def specialise(self, *generic: Any, label: str | None = None) -> "Kernel":
         """This entry point with generic arguments ``generic`` (appended to any it has)."""
@@ -302,19 +307,29 @@ def dummy_buffer() -> spy.Buffer:
     return _dummy_buffer
 
 
-def prefetch(sources: Iterable["str | pathlib.Path | Source"]) -> threading.Thread:
-    """Load the SlangPy modules of ``sources`` on a background thread (the Slang front end's parsing and checking,
-    which a first launch would otherwise wait for), returning the started thread. Failures are left for the
-    launch that needs the module to report."""
-    wanted = [Source(s) for s in sources]
+def prefetch_declared(idle_seconds: float = 2.0) -> threading.Thread:
+    """Load the modules of every declared kernel's source on a background thread, those declared so far and those
+    declared while it runs (a problem's modules declare theirs as it builds), until none has come for
+    ``idle_seconds``; returns the started thread. The Slang front end (parsing and checking a module, a large share
+    of a run's start) then overlaps with building the problem's data instead of delaying the first step; a first
+    launch waits only for the module it needs. Failures are left for the launch that needs the module to report."""
     dev.get_device()   # opened here, on the caller's thread
 
     def load() -> None:
-        for source in wanted:
-            try:
-                source.module()
-            except Exception:   # the launch that needs it loads it again and raises with its own context
-                pass
+        done: set[tuple[str, bool]] = set()
+        idle_since = time.monotonic()
+        while time.monotonic() - idle_since < idle_seconds:
+            pending = [(key, source) for key, source in list(_declared.items()) if key not in done]
+            if not pending:
+                time.sleep(0.01)
+                continue
+            for key, source in pending:
+                done.add(key)
+                try:
+                    source.slang_module() if key[1] else source.module()
+                except Exception:   # the launch that needs it loads it again and raises with its own context
+                    pass
+            idle_since = time.monotonic()
 
     thread = threading.Thread(target=load, name="sopt-kernel-prefetch", daemon=True)
     thread.start()

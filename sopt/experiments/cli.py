@@ -144,6 +144,8 @@ def cmd_run(argv: list[str]) -> int:
         dp = _start_data_parallel(rank, config)
         import sopt
         device = sopt.get_device()
+        from sopt.kernel import prefetch_declared
+        prefetch_declared()   # the kernels' Slang modules load while the problem builds its data
         problem = cls(config)
         from sopt.config.files import dumps_toml
 
