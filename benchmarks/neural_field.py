@@ -395,22 +395,24 @@ def run_torch_field(torch: Any, network: str, dims: int, data: FieldData, field:
 def issue21_table(rows: list[dict[str, Any]], tcnn_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per (network, dims, batch) that sopt, PyTorch or tiny-cuda-nn timed, in that order of first
     appearance: ``tcnn``, ``tcnn_jit``, ``sopt``, ``torch`` ms/step (None where not timed; a tcnn JIT run that fell
-    back to the classic kernels counts as not timed), ``sopt_label``, PSNRs, and the ratios ``sopt_vs_tcnn`` =
-    sopt / tcnn, ``sopt_vs_tcnn_jit`` = sopt / tcnn JIT (above 1: sopt slower) and ``torch_vs_sopt`` = torch /
-    sopt (above 1: sopt faster)."""
+    back to the classic kernels counts as not timed), ``sopt_label``, PSNRs and trained steps, and the ratios
+    ``sopt_vs_tcnn`` = sopt / tcnn, ``sopt_vs_tcnn_jit`` = sopt / tcnn JIT (above 1: sopt slower) and
+    ``torch_vs_sopt`` = torch / sopt (above 1: sopt faster)."""
     table: dict[tuple[str, int, int], dict[str, Any]] = {}
 
     def entry(network: str, dims: int, batch: int) -> dict[str, Any]:
         return table.setdefault((network, dims, batch), {
             "network": network, "dims": dims, "batch": batch, "tcnn": None, "tcnn_jit": None, "sopt": None,
-            "sopt_label": None, "sopt_psnr": None, "torch": None, "torch_psnr": None})
+            "sopt_label": None, "sopt_psnr": None, "sopt_steps": None, "torch": None, "torch_psnr": None,
+            "torch_steps": None})
 
     for r in rows:
         e = entry(r["network"], r["dims"], r["batch"])
         if r["framework"] == "pytorch eager":
-            e["torch"], e["torch_psnr"] = r["ms_per_step"], r["psnr"]
+            e["torch"], e["torch_psnr"], e["torch_steps"] = r["ms_per_step"], r["psnr"], r.get("trained_steps")
         else:
             e["sopt"], e["sopt_label"], e["sopt_psnr"] = r["ms_per_step"], r["framework"], r["psnr"]
+            e["sopt_steps"] = r.get("trained_steps")
     for r in tcnn_rows:
         if r["jit_failed"]:
             continue
@@ -427,7 +429,8 @@ def issue21_table(rows: list[dict[str, Any]], tcnn_rows: list[dict[str, Any]]) -
 
 
 def format_issue21_table(table: list[dict[str, Any]]) -> str:
-    """Markdown table of ``issue21_table``'s entries: ms per training step, ratios, PSNR in dB ("-": not run)."""
+    """Markdown table of ``issue21_table``'s entries: ms per training step, ratios, PSNR in dB after the trained
+    steps (sopt's, then PyTorch's where they differ) ("-": not run)."""
     def ms(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}"
 
@@ -438,14 +441,15 @@ def format_issue21_table(table: list[dict[str, Any]]) -> str:
         return "-" if v is None else f"{v:.2f}"
 
     lines = ["| network | dims | batch | tiny-cuda-nn | tiny-cuda-nn JIT | sopt | PyTorch eager | sopt / tcnn | "
-             "sopt / tcnn JIT | PyTorch / sopt | sopt PSNR | PyTorch PSNR |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "sopt / tcnn JIT | PyTorch / sopt | sopt PSNR | PyTorch PSNR | steps |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in table:
+        steps = "/".join(str(n) for n in dict.fromkeys((e["sopt_steps"], e["torch_steps"])) if n is not None) or "-"
         name = e["network"] + (" (sopt: MLP layers)" if e["sopt_label"] == "sopt layers" else "")
         lines.append(f"| {name} | {e['dims']}D | 2^{e['batch'].bit_length() - 1} | {ms(e['tcnn'])} | "
                      f"{ms(e['tcnn_jit'])} | {ms(e['sopt'])} | {ms(e['torch'])} | {x(e['sopt_vs_tcnn'])} | "
                      f"{x(e['sopt_vs_tcnn_jit'])} | {x(e['torch_vs_sopt'])} | {db(e['sopt_psnr'])} | "
-                     f"{db(e['torch_psnr'])} |")
+                     f"{db(e['torch_psnr'])} | {steps} |")
     return "\n".join(lines)
 
 
@@ -528,9 +532,9 @@ def main() -> None:
     ap.add_argument("--tcnn-build-dir", default=tcnn_runner.DEFAULT_BUILD_DIR,
                     help=f"issue21: tiny-cuda-nn's build folder, reused when built (default "
                          f"{tcnn_runner.DEFAULT_BUILD_DIR})")
-    ap.add_argument("--max-seconds", type=float, default=20.0,
+    ap.add_argument("--max-seconds", type=float, default=8.0,
                     help="issue21: at most this many seconds of timed steps per sopt or PyTorch run (fewer steps, "
-                         "at least 10, for a slow one; default 20)")
+                         "at least 10, for a slow one; default 8)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.table == "image":

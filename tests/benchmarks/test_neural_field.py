@@ -97,11 +97,12 @@ def test_parse_result_line_reads_what_bench_cu_prints() -> None:
 
 
 def test_issue21_table_ratios() -> None:
-    rows = [{"framework": "sopt", "network": "hashgrid", "dims": 2, "batch": 1 << 14, "ms_per_step": 0.6, "psnr": 30.0},
+    rows = [{"framework": "sopt", "network": "hashgrid", "dims": 2, "batch": 1 << 14, "ms_per_step": 0.6, "psnr": 30.0,
+             "trained_steps": 1020},
             {"framework": "pytorch eager", "network": "hashgrid", "dims": 2, "batch": 1 << 14, "ms_per_step": 3.0,
-             "psnr": 29.5},
+             "psnr": 29.5, "trained_steps": 400},
             {"framework": "sopt layers", "network": "frequency", "dims": 3, "batch": 1 << 18, "ms_per_step": 4.0,
-             "psnr": 20.0}]
+             "psnr": 20.0, "trained_steps": 276}]
     tcnn = [{"model": "hashgrid", "dims": 2, "batch": 1 << 14, "jit": 0, "jit_failed": False, "mean_ms": 0.2},
             {"model": "hashgrid", "dims": 2, "batch": 1 << 14, "jit": 1, "jit_failed": False, "mean_ms": 0.15},
             {"model": "frequency", "dims": 3, "batch": 1 << 18, "jit": 0, "jit_failed": False, "mean_ms": 0.5},
@@ -113,8 +114,10 @@ def test_issue21_table_ratios() -> None:
     assert freq3["tcnn_jit"] is None and freq3["sopt_vs_tcnn_jit"] is None and freq3["torch_vs_sopt"] is None
     assert freq3["sopt_vs_tcnn"] == pytest.approx(8.0)
     text = nf.format_issue21_table([hash2, freq3])
-    assert "| hashgrid | 2D | 2^14 | 0.200 | 0.150 | 0.600 | 3.000 | 3.00x | 4.00x | 5.00x | 30.00 | 29.50 |" in text
-    assert "| frequency (sopt: MLP layers) | 3D | 2^18 | 0.500 | - | 4.000 | - | 8.00x | - | - | 20.00 | - |" in text
+    assert ("| hashgrid | 2D | 2^14 | 0.200 | 0.150 | 0.600 | 3.000 | 3.00x | 4.00x | 5.00x | 30.00 | 29.50 | "
+            "1020/400 |") in text
+    assert ("| frequency (sopt: MLP layers) | 3D | 2^18 | 0.500 | - | 4.000 | - | 8.00x | - | - | 20.00 | - | "
+            "276 |") in text
 
 
 def test_issue21_steps_and_cube_target() -> None:
