@@ -44,8 +44,8 @@ def read_mesh(path: str | os.PathLike[str] | None) -> Any:
         raise ValueError(f"{str(path)!r} holds {len(faces)} triangles, more than {MAX_TRIANGLES}; simplify it")
     if not np.isfinite(mesh.vertices).all():
         raise ValueError(f"{str(path)!r} has NaN or Inf vertex coordinates")
-    if float(np.ptp(mesh.vertices[mesh.faces.ravel()], axis=0).max()) <= 0.0:
-        raise ValueError(f"{str(path)!r}: every triangle's vertices are one point")
+    if not float(mesh.area) > 0.0:
+        raise ValueError(f"{str(path)!r}: its triangles have no area (every one's vertices are collinear)")
     return mesh
 
 

@@ -88,3 +88,6 @@ def test_a_file_that_is_no_mesh_is_refused_naming_it(tmp_path: pathlib.Path) -> 
     (tmp_path / "empty.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 0\nend_header\n")
     with pytest.raises(ConfigError, match=r"^config mesh = .*empty.ply"):
         load_config(mesh=str(tmp_path / "empty.ply"))
+    (tmp_path / "flat.obj").write_text("v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n")
+    with pytest.raises(ConfigError, match=r"^config mesh = .*flat.obj.*: its triangles have no area"):
+        load_config(mesh=str(tmp_path / "flat.obj"))
