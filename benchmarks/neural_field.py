@@ -455,6 +455,7 @@ def format_issue21_table(table: list[dict[str, Any]]) -> str:
 
 def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
     """``--table issue21``: tiny-cuda-nn (with ``--tcnn``), then sopt and PyTorch, on issue 21's networks."""
+    started = time.perf_counter()
     dims_list = [int(d) for d in args.dims.split(",")]
     networks = args.networks.split(",")
     batches = [1 << int(b) for b in args.batches.split(",")]
@@ -497,9 +498,13 @@ def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
     print("ms per training step; sopt / tcnn above 1: sopt slower; PyTorch / sopt above 1: sopt faster; PSNR in dB "
           "after each run's steps (tiny-cuda-nn trains on random data: no PSNR)")
     print(format_issue21_table(table))
+    print(f"whole run: {time.perf_counter() - started:.0f} s")
     if args.json:
+        meta = {"sopt_device": dev.get_device().info.adapter_name, "sopt_backend": dev.device_kind(),
+                "torch": f"{torch.__version__} on {torch.cuda.get_device_name()}" if has_torch else None,
+                "args": vars(args)}
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "tcnn_rows": tcnn_rows, "table": table}, f, indent=1)
+            json.dump({"meta": meta, "rows": rows, "tcnn_rows": tcnn_rows, "table": table}, f, indent=1)
 
 
 def main() -> None:
