@@ -67,9 +67,9 @@ from sopt.data.image import generated_image, pixel_coordinates
 from sopt.losses import MSELoss
 from sopt.nn import MLP, FrequencyEncoding, HashGridEncoding, Sequential
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
+from sopt.nn.hashgrid import GridLevel
 from sopt.optim import Adam
 from sopt.train import BatchSampler, Trainer
-from sopt.nn.hashgrid import GridLevel
 
 from benchmarks.tcnn import runner as tcnn_runner
 
@@ -232,8 +232,8 @@ def run_torch(torch: Any, net: Any, coords: np.ndarray, image: np.ndarray, batch
 
 def cube_target(points: np.ndarray) -> np.ndarray:
     """Issue 21's 3D training target, smooth and analytic: ``points (N, 3)`` -> ``(N, 3)`` in [0, 1], channel c =
-    0.5 + 0.5 * mean_j sin(2 pi k_j . p + phase_cj) over four integer wave vectors k_j (up to 4 periods across
-    the cube, so the field has detail for a hash grid to learn yet stays band-limited)."""
+    0.5 + 0.5 * mean_j sin(2 pi k_j . p + phase_cj) over four integer wave vectors k_j (up to 3 periods along an
+    axis, so the field has detail for a hash grid to learn yet stays band-limited)."""
     waves = np.array([[1, 2, 0], [0, 3, 1], [2, 0, 3], [3, 2, 2]], np.float64)    # (4, 3) periods per unit
     phases = np.array([[0.0, 1.3, 2.1, 0.7], [0.9, 2.6, 0.4, 1.8], [1.7, 0.2, 2.9, 1.1]])   # (3 channels, 4)
     arg = 2 * np.pi * (np.asarray(points, np.float64) @ waves.T)                  # (N, 4)
