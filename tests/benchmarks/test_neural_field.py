@@ -128,3 +128,21 @@ def test_issue21_steps_and_cube_target() -> None:
     assert y.std(axis=0).min() > 0.1   # every channel varies across the cube
     # periodic with period 1 along each axis (integer wave vectors): smooth, no seam for a field to fit
     np.testing.assert_allclose(nf.cube_target(p + np.array([1.0, 0.0, 0.0])), y, atol=1e-5)
+
+
+def test_check_kit_needs_tcnn_sources_and_3d_grids(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="no tiny-cuda-nn/CMakeLists.txt"):
+        runner.check_kit(tmp_path, [2])
+    grid_h = tmp_path / "tiny-cuda-nn" / "include" / "tiny-cuda-nn" / "encodings" / "grid.h"
+    grid_h.parent.mkdir(parents=True)
+    (tmp_path / "tiny-cuda-nn" / "CMakeLists.txt").write_text("project(tiny-cuda-nn)\n")
+    grid_h.write_text("#ifndef TCNN_KIT_MINIMAL // tcnn-bench kit: fewer instantiations -> shorter build\n")
+    assert runner.check_kit(tmp_path, [2]) == tmp_path.resolve()   # the shared kit: 2D grids only
+    with pytest.raises(ValueError, match="2D hash grids only"):
+        runner.check_kit(tmp_path, [2, 3])
+    # the marker is the line benchmarks/tcnn/tcnn-kit.patch adds
+    patch = (pathlib.Path(runner.__file__).parent / "tcnn-kit.patch").read_text()
+    added = [line[1:] for line in patch.splitlines() if line.startswith("+") and runner.GRID_3D_MARKER in line]
+    assert len(added) == 1
+    grid_h.write_text(added[0] + "\n")
+    assert runner.check_kit(tmp_path, [2, 3]) == tmp_path.resolve()
