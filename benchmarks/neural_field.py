@@ -311,8 +311,8 @@ def sopt_field_network(network: str, dims: int, seed: int = 0) -> SoptField:
 
 def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int,
                       max_seconds: float) -> tuple[float, int]:
-    """(seconds per step, steps timed): ``steps`` timed steps after ``warmup`` untimed ones, fewer (at least 10)
-    where 5 probe steps say ``steps`` would take longer than ``max_seconds``."""
+    """(seconds per step, steps timed): ``steps`` timed steps after ``warmup`` untimed ones and 5 untimed probe steps,
+    fewer (but at least 10) where the probe says ``steps`` would take longer than ``max_seconds``."""
     for _ in range(warmup):
         step()
     sync()
@@ -321,7 +321,7 @@ def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: 
         step()
     sync()
     probe = (time.perf_counter() - t) / 5
-    n = max(10, min(steps, int(max_seconds / max(probe, 1e-9))))
+    n = min(steps, max(10, int(max_seconds / max(probe, 1e-9))))
     return time_steps(step, sync, n, 0), n
 
 
