@@ -29,7 +29,7 @@ from sopt.regular_file import name_problem
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit
 IN_FEATURES, OUT_FEATURES = 3, 4   # a point in the unit cube -> (density, R, G, B) before their activations
-EVAL_SAMPLES = 2**21       # samples per evaluation chunk (rays per chunk: this / samples_per_ray)
+EVAL_SAMPLES = 2**20       # samples per evaluation chunk (rays per chunk: this / samples_per_ray)
 BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 
 
@@ -208,7 +208,7 @@ class NeuralRadianceConfig(ProblemConfig, problem="neural_radiance"):
     def memory_estimate(self) -> int:
         """Bytes this config needs: the views (V = train_views + test_views of P = image_size^2 pixels) on the host in
         float64 and float32 and on the device (3 floats a pixel: 60 V P bytes), a training batch and an evaluation
-        chunk of samples (S = rays_per_batch x samples_per_ray, and E = min(2^21, image_size^2 x samples_per_ray)) of F floats each with their gradients
+        chunk of samples (S = rays_per_batch x samples_per_ray, and E = min(2^20, image_size^2 x samples_per_ray)) of F floats each with their gradients
         (:meth:`_floats_per_sample`), an occupancy update (G = resolution^3 points, F floats each, and the grid),
         the parameters with gradient, Adam's two moments and the double buffer (6 x W floats):
         ``60 V P + 4 (2 S F + E F + G (F + 2) + 6 W)`` plus 16 MiB."""
