@@ -1,7 +1,8 @@
-"""sopt.problems.heat_inverse: the sensor gather and the regularisers against float64 references (values and gradients),
-the true field's cell averages, the observations against the float64 heat integrator, the whole objective's
-gradient against central differences, recovery within 5% at two corners of the documented ranges, a noisy fit, a
-resumed run equal to the uninterrupted one, and one-line config errors."""
+"""sopt.problems.heat_inverse: the sensor gather and the regularisers against float64 references (values, gradients
+and Hessians), the true field's cell averages, the observations and the readings' exact Jacobian against the float64
+heat integrator, the whole objective's gradient against central differences, recovery within 5% at two corners of
+the documented ranges, a noisy fit, the noisy default and its uncertainty's coverage of the truth over seeds, the
+uncertainty panel of fields.png, a resumed run equal to the uninterrupted one, and one-line config errors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sopt.problems.fitting import load_config, run
 from sopt.problems.heat_inverse import HeatConfig, HeatInverse
 from sopt.problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField, checkerboard, true_field
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
+from sopt.problems.heat_inverse.sensitivity import reading_jacobian
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
 from tests.sim.fields_reference import central_fd, diffusion_rollout
 from tests.problems.runs import assert_bad_config_refused, assert_resume_equals_uninterrupted, records, run_problem
@@ -95,9 +97,44 @@ def test_true_field_is_the_cell_average_of_the_inclusion():
     np.testing.assert_allclose(rect, np.where(inside, 1.5e-4, 1e-4), rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["Tikhonov", "TV"])
+def test_regularizer_hessian_matches_second_differences_of_its_value(kind):
+    rng = np.random.default_rng(4)
+    field = SCALE * rng.uniform(0.5, 2.0, size=(4, 5))
+    field[1, 2] = field[1, 3]                    # a zero difference: TV's curvature 1 / eps there
+    reg = FieldRegularizer(kind, 0.3, (4, 5), SCALE, eps=0.05)
+    hessian = reg.hessian(field)
+    assert hessian.shape == (20, 20)
+    np.testing.assert_array_equal(hessian, hessian.T)
+    assert np.linalg.eigvalsh(hessian).min() > -1e-6 * np.abs(hessian).max()   # convex: positive semidefinite
+    h = 1e-8                                      # 1e-4 of the scale
+    for _ in range(3):
+        v = rng.normal(size=(4, 5))
+        second = (reg.value(field + h * v) - 2 * reg.value(field) + reg.value(field - h * v)) / h ** 2
+        assert v.ravel() @ hessian @ v.ravel() == pytest.approx(second, rel=1e-4)
+
+
+def test_readings_jacobian_matches_central_differences_of_the_float64_integrator():
+    rng = np.random.default_rng(5)
+    u0, kappa = rng.normal(size=(6, 5)), SCALE * rng.uniform(0.5, 2.0, size=(6, 5))
+    cells, at = np.array([[0, 0], [2, 3], [5, 4], [4, 1]]), [0, 3, 7]
+
+    def readings(field: np.ndarray) -> np.ndarray:
+        return np.stack([diffusion_rollout(u0, n, kappa=field, source=0.0, dt=0.08, dx=0.01, boundary="dirichlet")
+                         [cells[:, 0], cells[:, 1]] for n in at]).ravel()
+
+    values, jac = reading_jacobian(u0, kappa, 0.01, 0.08, at, cells)
+    np.testing.assert_allclose(values.ravel(), readings(kappa), rtol=0, atol=1e-12)
+    want = np.stack([(readings(kappa + 1e-9 * e.reshape(6, 5)) - readings(kappa - 1e-9 * e.reshape(6, 5))) / 2e-9
+                     for e in np.eye(30)], axis=1)
+    assert jac.shape == (12, 30)
+    np.testing.assert_allclose(jac, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    assert np.abs(jac[:4]).max() == 0.0 and np.abs(jac[4:]).max() > 1.0   # at t = 0 no reading depends on kappa
+
+
 # -- the problem ---------------------------------------------------------------------------------------------------
 def test_observations_follow_the_float64_heat_integrator():
-    config = load_config(HeatConfig, None, TINY)
+    config = load_config(HeatConfig, None, {**TINY, "noise_std": 0.0})
     problem = HeatInverse(config)
     u0 = checkerboard(8, 4, 1.0)
     assert u0[0, 0] == 1.0 and u0[0, 2] == -1.0 and u0[1, 1] == 1.0 and np.abs(u0).min() == 1.0
@@ -132,7 +169,9 @@ def test_the_objectives_gradient_matches_central_differences(otype):
                                        "size": [0.5, 0.3]}},
 ], ids=["conducting_disc_x4", "insulating_rectangle_x0.25"])
 def test_noise_free_data_recover_the_field_within_five_percent(true, tmp_path):
-    config = load_config(HeatConfig, None, {"true": true})   # the default fit: 24 x 24 cells, 150 steps
+    # the default fit, noise-free, from a uniform 1e-4 m^2/s (the middle of the range on a log scale; from the
+    # default 1.5e-4, three times the first field's background, 150 steps leave 6% there)
+    config = load_config(HeatConfig, None, {"true": true, "noise_std": 0.0, "init": {"conductivity": 1e-4}})
     result = run(HeatInverse, config, tmp_path / "out", progress=False).result
     assert result["rel_error"]["conductivity"] < 0.05, result["rel_error"]
     fitted, truth = np.array(result["fitted"]["conductivity"]), np.array(result["true"]["conductivity"])
@@ -143,8 +182,9 @@ def test_noise_free_data_recover_the_field_within_five_percent(true, tmp_path):
 
 
 def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
-    sigma = 0.01   # K, 1% of the checkerboard's amplitude
-    config = load_config(HeatConfig, None, {"noise_std": sigma, "steps": 60})
+    sigma = 0.01   # K, 1% of the checkerboard's amplitude: the default
+    config = load_config(HeatConfig, None, {"steps": 60})
+    assert config.noise_std == sigma
     out = tmp_path / "noisy"
     result = run(HeatInverse, config, out, progress=False).result
     history = records(out / "metrics.jsonl")
@@ -152,6 +192,56 @@ def test_a_noisy_fit_converges_and_reports_its_error(tmp_path):
     assert history[0]["data_loss"] > 1.3 * sigma ** 2
     assert 0.8 * sigma ** 2 < history[-2]["data_loss"] < 1.05 * sigma ** 2
     assert 1e-3 < result["rel_error"]["conductivity"] < 0.15
+
+
+def test_the_default_starts_away_from_the_truth_with_noisy_data():
+    config = HeatConfig()
+    assert config.noise_std == 0.01
+    truth = true_field(config.true, config.grid)
+    for true in (config.true.background, config.true.inclusion.conductivity):
+        assert abs(config.init.conductivity - true) >= 0.25 * true   # 50% and 25% off
+    # every cell but a few the inclusion's edge cuts (whose mean of 1e-4 and 2e-4 may be near 1.5e-4)
+    assert np.mean(np.abs(config.init.conductivity - truth) >= 0.2 * truth) > 0.95
+
+
+# small noisy fits: an 8 x 8 plate, 4 x 4 sensors, 30 simulated steps seen 10 times, 60 optimiser steps
+SMALL = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 2.4, "observations": 10, "steps": 60,
+         "log_every": 60, "checkpoint_every": 60, "true": {"inclusion": {"radius": 0.25, "center": [0.5, 0.5]}}}
+
+
+def test_the_reported_uncertainty_covers_the_truth_over_noisy_fits(tmp_path, monkeypatch):
+    # 4 seeds of 0.01 K noise: every cell's truth within 3 sigma of its fit (the done-when check, at this size),
+    # and within 2 sigma in >= 95% of all cells; sigma is the Laplace posterior's, not 0 or inf or vacuous
+    from sopt.problems.heat_inverse import plot
+    drawn = []
+    monkeypatch.setattr(plot.atomic_write, "write_figure", lambda path, fig, **kw: drawn.append(fig))
+    within_2 = []
+    for seed in range(4):
+        config = load_config(HeatConfig, None, {**SMALL, "seed": seed})
+        run_result = run(HeatInverse, config, tmp_path / f"seed{seed}", progress=False)
+        result = run_result.result
+        assert result["uncertainty"].keys() == {"conductivity"}
+        fitted, truth = np.array(result["fitted"]["conductivity"]), np.array(result["true"]["conductivity"])
+        std = np.array(result["uncertainty"]["conductivity"])
+        assert std.shape == (8, 8)
+        assert 1e-7 < std.min() and np.median(std) < 0.3e-4, np.median(std)     # background 1e-4 m^2/s
+        error = np.abs(fitted - truth)
+        assert (error <= 3.0 * std).all(), (error / std).max()
+        within_2.append(np.mean(error <= 2.0 * std))
+        # the fit's error is real (the test is not trivially satisfied by a perfect fit)
+        assert result["rel_error"]["conductivity"] > 0.01
+    assert np.mean(within_2) >= 0.95, within_2
+    # fields.png's last panel: the last run's standard deviations, titled with its 2-sigma share
+    panel = [axes for axes in drawn[-2].axes if axes.images][-1]
+    np.testing.assert_allclose(panel.images[0].get_array(), std)
+    assert f"truth within 2 sigma in {100 * within_2[-1]:.1f}% of cells" in panel.get_title()
+
+
+def test_no_uncertainty_above_the_sensitivities_size_limit(monkeypatch):
+    from sopt.problems.heat_inverse import problem as heat_problem
+    monkeypatch.setattr(heat_problem, "MAX_CELLS", 63)
+    problem = HeatInverse(load_config(HeatConfig, None, SMALL))
+    assert problem.uncertainty() is None
 
 
 def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys):

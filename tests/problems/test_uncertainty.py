@@ -1,6 +1,6 @@
 """Each fitting problem's uncertainty (sopt.problems.fitting.uncertainty): the Jacobian the Gauss-Newton
-covariance is built from, against a float64 reference; the covariance formula against numpy's least squares;
-and coverage: over seeded noisy fit_projectile fits the truth lies within 2 reported sigmas in most fits."""
+covariance is built from, against a float64 reference; the covariance formula against numpy's least squares; a
+regularised fit's Laplace covariance calibrated over draws from its prior; and coverage: over seeded noisy fit_projectile fits the truth lies within 2 reported sigmas in most fits."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
 from sopt.problems.fit_projectile.problem import NAMES
 from sopt.problems.fitting import load_config, run
-from sopt.problems.fitting.uncertainty import central_jacobian, gauss_newton_std
+from sopt.problems.fitting.uncertainty import central_jacobian, gauss_newton_std, laplace_std
 from tests.sim.projectile_reference import Coefficients, rollout as reference_rollout
 
 # a 2 s scene with one bounce (at about 1 s), 10 observations, one start
@@ -62,6 +62,29 @@ def test_the_standard_deviations_are_those_of_linear_least_squares():
     # a parameter the observations do not see has no finite uncertainty
     blind = np.concatenate([design, np.zeros((50, 1))], axis=1)
     assert np.isinf(gauss_newton_std(blind, residuals, 0.3)).all()
+
+
+def test_a_regularised_fits_laplace_std_is_the_spread_of_its_errors_over_its_prior():
+    # a linear model y = X theta + noise fitted by loss (1/n)|y - X theta|^2 + R, R = lam |D theta|^2: the loss is
+    # the negative log posterior for theta ~ exp(-n R / (2 sigma^2)), so over truths drawn from that prior the
+    # fit's error has exactly the covariance sigma^2 (X^T X + (n/2) H_R)^-1, H_R = 2 lam D^T D
+    rng = np.random.default_rng(7)
+    n, p, sigma, lam = 30, 4, 0.2, 0.05
+    design = rng.normal(size=(n, p)) * [1.0, 0.3, 0.1, 0.05]     # weakly observed last columns: the prior matters
+    diff = np.eye(p) - 0.5 * np.eye(p, k=1)                      # full rank: a proper prior
+    prior = 0.5 * n * 2.0 * lam * diff.T @ diff
+    draws = 20000
+    theta = np.linalg.solve(np.linalg.cholesky(prior / sigma ** 2).T, rng.normal(size=(p, draws))).T
+    y = theta @ design.T + sigma * rng.normal(size=(draws, n))
+    fit = np.linalg.solve(design.T @ design + prior, design.T @ y.T).T
+    std = laplace_std(design, y[0] - design @ fit[0], sigma, prior)
+    np.testing.assert_allclose((fit - theta).std(axis=0), std, rtol=0.03)
+    assert gauss_newton_std(design, y[0], sigma)[-1] > 3 * std[-1]       # the prior narrows the weak column
+    # no prior: the Gauss-Newton std; a prior of the wrong size is refused
+    np.testing.assert_allclose(laplace_std(design, y[0], sigma, np.zeros((p, p))),
+                               gauss_newton_std(design, y[0], sigma), rtol=1e-8)
+    with pytest.raises(ValueError, match=r"prior_precision has shape \(3, 3\), want \(4, 4\)"):
+        laplace_std(design, y[0], sigma, np.eye(3))
 
 
 def test_central_differences_stay_inside_the_bounds():

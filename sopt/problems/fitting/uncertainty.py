@@ -12,6 +12,10 @@ in one, are far cheaper than a backward pass per residual. The step is a fractio
 larger step (1e-2) moved fit_projectile's bounce across a time step often enough to cost 1% (tested against a
 float64 reference in tests/problems/test_uncertainty.py). Next to a bound the step is cut to stay inside, so the
 simulator is never asked for values it refuses.
+
+A fit whose loss adds a regulariser R to the data term, ``(1/n) |r|^2 + R(theta)`` (heat_inverse's field), is
+the maximum of the posterior with likelihood N(f(theta), sigma^2) and prior exp(-n R / (2 sigma^2)); its Laplace
+covariance is ``sigma^2 (J^T J + (n/2) H_R)^-1``, H_R the regulariser's Hessian (:func:`laplace_std`).
 """
 
 from __future__ import annotations
@@ -47,19 +51,42 @@ def central_jacobian(predict: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
     return out[0], jac.T
 
 
+def noise_variance(residuals: np.ndarray, noise_std: float, p: int) -> float:
+    """sigma^2: ``noise_std^2``, or where that is 0 the residuals' RSS / (n - p) (NaN when n <= p)."""
+    residuals = np.asarray(residuals, np.float64).ravel()
+    if noise_std > 0.0:
+        return float(noise_std) ** 2
+    n = residuals.size
+    return float(residuals @ residuals) / (n - p) if n > p else float("nan")
+
+
 def gauss_newton_std(jac: np.ndarray, residuals: np.ndarray, noise_std: float) -> np.ndarray:
     """One standard deviation (p,) per parameter: sqrt(diag(sigma^2 (J^T J)^-1)) with sigma = ``noise_std``, or
     where that is 0 the residuals' sqrt(RSS / (n - p)) (NaN when n <= p). A parameter the observations do not
     determine (J^T J singular along it) gets inf."""
     jac = np.asarray(jac, np.float64)
-    residuals = np.asarray(residuals, np.float64).ravel()
     n, p = jac.shape
-    if noise_std > 0.0:
-        variance = float(noise_std) ** 2
-    else:
-        variance = float(residuals @ residuals) / (n - p) if n > p else float("nan")
+    variance = noise_variance(residuals, noise_std, p)
     # (J^T J)^-1 = V diag(1 / s^2) V^T from the SVD of J, without forming J^T J (which squares its condition)
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
     if s.size < p or s.size == 0 or s.min() <= s.max() * 1e-12:
         return np.full(p, np.inf)
     return np.sqrt(variance * ((vt.T / s) ** 2).sum(axis=1))
+
+
+def laplace_std(jac: np.ndarray, residuals: np.ndarray, noise_std: float, prior_precision: np.ndarray) -> np.ndarray:
+    """One standard deviation (p,) per parameter of a regularised fit: sqrt(diag(sigma^2 (J^T J + P)^-1)), sigma
+    as in :func:`gauss_newton_std`. ``prior_precision`` P (p, p) is the regulariser's Hessian in the data term's
+    units: ``(n/2) H_R`` for a loss ``(1/n) |r|^2 + R`` (the module docstring). inf where J^T J + P is singular
+    (neither the data nor the regulariser determine the parameters)."""
+    jac = np.asarray(jac, np.float64)
+    n, p = jac.shape
+    prior = np.asarray(prior_precision, np.float64)
+    if prior.shape != (p, p):
+        raise ValueError(f"laplace_std: prior_precision has shape {prior.shape}, want ({p}, {p}) for {p} parameters")
+    variance = noise_variance(residuals, noise_std, p)
+    precision = jac.T @ jac + prior
+    values, vectors = np.linalg.eigh(0.5 * (precision + precision.T))
+    if values.size == 0 or values.min() <= abs(values).max() * 1e-12:
+        return np.full(p, np.inf)
+    return np.sqrt(variance * ((vectors ** 2) / values).sum(axis=1))

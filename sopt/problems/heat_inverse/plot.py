@@ -1,5 +1,5 @@
 """heat_inverse's pictures: the plate (initial temperature and sensor layout), the true and recovered conductivity
-fields and the error map (fields.png); observed and fitted sensor readings over time (readings.png)."""
+fields, the error map and each cell's standard deviation (fields.png); observed and fitted sensor readings over time (readings.png)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,14 @@ def _sensor_xy(cells: np.ndarray, grid: int, side: float) -> tuple[np.ndarray, n
 
 
 def plot_fields(path: pathlib.Path, true: np.ndarray, fitted: np.ndarray, u0: np.ndarray, cells: np.ndarray,
-                side: float) -> pathlib.Path:
+                side: float, std: np.ndarray | None = None) -> pathlib.Path:
     """fields.png: the initial temperature with the sensors; the true and the recovered conductivity (one colour
-    scale, m^2/s) with the sensors; the error (fitted - true) / max|true| in percent."""
+    scale, m^2/s) with the sensors; the error (fitted - true) / max|true| in percent; with ``std`` (each cell's
+    standard deviation, m^2/s) a fifth panel of it, titled with the share of cells whose truth lies within 2 of
+    them."""
     grid = true.shape[0]
     sx, sy = _sensor_xy(cells, grid, side)
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.2))
+    fig, axes = plt.subplots(1, 4 if std is None else 5, figsize=(17 if std is None else 21.5, 4.2))
     ax = axes[0]
     im = _image(ax, u0, side, cmap="coolwarm")
     ax.plot(sx, sy, "k.", ms=5)
@@ -49,6 +51,12 @@ def plot_fields(path: pathlib.Path, true: np.ndarray, fitted: np.ndarray, u0: np
     im = _image(axes[3], error, side, cmap="RdBu_r", vmin=-limit, vmax=limit)
     axes[3].set_title(f"error, % of max true (||error|| / ||true|| = {100 * rel:.2f}%)", fontsize=9)
     fig.colorbar(im, ax=axes[3], fraction=0.046)
+    if std is not None:
+        within = float(np.mean(np.abs(fitted - true) <= 2.0 * std))
+        im = _image(axes[4], std, side, cmap="magma")
+        axes[4].set_title(f"one standard deviation (m^2/s)\ntruth within 2 sigma in {100 * within:.1f}% of cells",
+                          fontsize=9)
+        fig.colorbar(im, ax=axes[4], fraction=0.046)
     for ax in axes:
         ax.set_xlabel("x (m)")
         ax.set_ylabel("y (m)")
