@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from sopt.sim.diffusion2d import Diffusion2D
 
 _MODULE = "sim/diffusion2d_grid_steps"
-THREADS = 512                 # threads per group (a power of 2 <= sim/group_reduce.slang's MAX_GROUP_THREADS)
+THREADS = 512                 # threads per group (a power of 2, for sim/group_reduce.slang's group_sum)
 CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~12 each)
 GRID_MIN_CELLS = 4096         # smaller grids take temporal blocking
 
