@@ -43,12 +43,15 @@ def _inputs(module: sopt.nn.Module, n: int = 7, seed: int = 0) -> tuple[np.ndarr
     return x, rng.normal(size=(x.shape[0], module.out_features)).astype(np.float32)
 
 
-def _torch_call(tm: TorchModule, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    xt = torch.from_numpy(x).requires_grad_()
+def _torch_call(tm: TorchModule, x: np.ndarray, dy: np.ndarray,
+                device: torch.device) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """y, dx and the parameters' gradients of sum(dy * tm(x)), through torch autograd on ``device``."""
+    xt = torch.from_numpy(x).to(device).requires_grad_()
     tm.zero_grad()
     y = tm(xt)
-    (y * torch.from_numpy(dy)).sum().backward()
-    return y.detach().numpy(), xt.grad.numpy(), {k: p.grad.numpy() for k, p in tm.named_parameters()}
+    (y * torch.from_numpy(dy).to(device)).sum().backward()
+    return (y.detach().cpu().numpy(), xt.grad.cpu().numpy(),
+            {k: p.grad.cpu().numpy() for k, p in tm.named_parameters()})
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -56,12 +59,12 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("kind", list(MODULES))
-def test_gradients_equal_native_sopt(kind: str) -> None:
+def test_gradients_equal_native_sopt(kind: str, tdev: torch.device) -> None:
     module = MODULES[kind]()
     tm = TorchModule(module)
     assert [k for k, _ in tm.named_parameters()] == list(module.state_dict())
     x, dy = _inputs(module)
-    y, dx, grads = _torch_call(tm, x, dy)
+    y, dx, grads = _torch_call(tm, x, dy, tdev)
     y_ref, dx_ref, g_ref = vjp(module, x, dy)
     assert _rel(y, y_ref) <= 1e-6 and _rel(dx, dx_ref) <= 1e-6
     native = module.as_state_dict(g_ref["params"]) if isinstance(module, FullyFusedMLP) else g_ref
@@ -69,7 +72,7 @@ def test_gradients_equal_native_sopt(kind: str) -> None:
     for key in grads:
         assert _rel(grads[key], native[key]) <= 1e-6, key
     # a second call (module reused, tape from the free list) gives the same
-    y2, dx2, grads2 = _torch_call(tm, x, dy)
+    y2, dx2, grads2 = _torch_call(tm, x, dy, tdev)
     assert _rel(dx2, dx_ref) <= 1e-6 and all(_rel(grads2[k], native[k]) <= 1e-6 for k in grads)
 
 
@@ -97,11 +100,11 @@ def _reference64(kind: str, x: torch.Tensor, sd: dict[str, torch.Tensor]) -> tor
 
 
 @pytest.mark.parametrize("kind", ["Linear", "MLP", "FullyFusedMLP", "FrequencyEncoding", "HashGridEncoding"])
-def test_gradients_match_float64_reference(kind: str) -> None:
+def test_gradients_match_float64_reference(kind: str, tdev: torch.device) -> None:
     module = MODULES[kind]()
     tm = TorchModule(module)
     x, dy = _inputs(module, seed=1)
-    y, dx, grads = _torch_call(tm, x, dy)
+    y, dx, grads = _torch_call(tm, x, dy, tdev)
     if kind == "HashGridEncoding":
         y_ref, dx_ref, dtable = ref_hashgrid(x.astype(np.float64), module.table.numpy().astype(np.float64),
                                              module.levels, dy.astype(np.float64))

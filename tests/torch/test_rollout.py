@@ -34,10 +34,10 @@ def _weights() -> np.ndarray:
 
 
 def _torch_loss(sim: SpringSystem, k: torch.Tensor, v0: torch.Tensor, u: torch.Tensor, budget: int | None):
-    x0 = torch.from_numpy(sim.coefficient("x0").numpy().astype(np.float32))
+    x0 = torch.from_numpy(sim.coefficient("x0").numpy().astype(np.float32)).to(k.device)
     out = sopt.torch.rollout(sim, STEPS, params={"stiffness": k}, state={"x": x0, "v": v0}, controls=u,
                              budget=budget, observe="x", at=[4, STEPS])
-    w = torch.from_numpy(_weights())
+    w = torch.from_numpy(_weights()).to(k.device)
     return (out.state["x"] * w).sum() + 0.5 * (out.trajectory[0] * w).sum() + (out.state["v"] ** 2).sum()
 
 
@@ -65,30 +65,30 @@ def _native(sim: SpringSystem, u_np: np.ndarray) -> tuple[float, np.ndarray, np.
 
 
 @pytest.mark.parametrize("budget", [None, 10])
-def test_gradients_equal_native_rollout(budget: int | None) -> None:
+def test_gradients_equal_native_rollout(budget: int | None, tdev: torch.device) -> None:
     sim = _sim()
-    k = torch.tensor([40.0], requires_grad=True)
-    v0 = torch.zeros(4, 2, requires_grad=True)
-    u = torch.from_numpy(_controls()).requires_grad_()
-    x0 = torch.from_numpy(sim.coefficient("x0").numpy().astype(np.float32))
+    k = torch.tensor([40.0], device=tdev, requires_grad=True)
+    v0 = torch.zeros(4, 2, device=tdev, requires_grad=True)
+    u = torch.from_numpy(_controls()).to(tdev).requires_grad_()
+    x0 = torch.from_numpy(sim.coefficient("x0").numpy().astype(np.float32)).to(tdev)
     out = sopt.torch.rollout(sim, STEPS, params={"stiffness": k}, state={"x": x0, "v": v0}, controls=u,
                              budget=budget, observe="x", at=[4, STEPS])
     torch.testing.assert_close(out.trajectory[1], out.state["x"], rtol=0, atol=0)
-    w = torch.from_numpy(_weights())
+    w = torch.from_numpy(_weights()).to(tdev)
     (out.trajectory[1] * w + 0.5 * out.trajectory[0] * w).sum().backward()
     sim.stiffness.parameter.zero_grad()
     gk, gv0, gu = _native(sim, _controls())
     assert k.grad.item() == pytest.approx(gk, rel=1e-6, abs=1e-9)
-    np.testing.assert_allclose(v0.grad.numpy(), gv0, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(u.grad.numpy(), gu, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(v0.grad.cpu().numpy(), gv0, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(u.grad.cpu().numpy(), gu, rtol=1e-6, atol=1e-8)
     assert np.abs(gu).max() > 1e-4 and abs(gk) > 1e-8   # gradients actually flowed
 
 
-def test_gradients_match_finite_differences() -> None:
+def test_gradients_match_finite_differences(tdev: torch.device) -> None:
     sim = _sim()
-    k = torch.tensor([40.0], requires_grad=True)
-    v0 = torch.zeros(4, 2, requires_grad=True)
-    u = torch.from_numpy(_controls()).requires_grad_()
+    k = torch.tensor([40.0], device=tdev, requires_grad=True)
+    v0 = torch.zeros(4, 2, device=tdev, requires_grad=True)
+    u = torch.from_numpy(_controls()).to(tdev).requires_grad_()
     _torch_loss(sim, k, v0, u, budget=10).backward()
     with torch.no_grad():
         def loss(dk: float = 0.0, du: tuple[int, int, float] | None = None) -> float:
@@ -103,14 +103,14 @@ def test_gradients_match_finite_differences() -> None:
     assert u.grad[3, 1].item() == pytest.approx(fd_u, rel=2e-2)
 
 
-def test_initial_state_from_the_simulator_and_no_grad() -> None:
+def test_initial_state_from_the_simulator_and_no_grad(tdev: torch.device) -> None:
     sim = _sim()
     with torch.no_grad():
-        out = sopt.torch.rollout(sim, STEPS, controls=torch.from_numpy(_controls()))
+        out = sopt.torch.rollout(sim, STEPS, controls=torch.from_numpy(_controls()).to(tdev))
     assert out.trajectory is None and out.state["x"].shape == (4, 2) and not out.state["x"].requires_grad
     eager = sopt_rollout(sim, sim.initial_state(), STEPS,
                          control=lambda s, t: _controls()[t]).state.x.to_numpy()
-    np.testing.assert_allclose(out.state["x"].numpy(), eager, rtol=0, atol=0)
+    np.testing.assert_allclose(out.state["x"].cpu().numpy(), eager, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -121,7 +121,9 @@ def test_initial_state_from_the_simulator_and_no_grad() -> None:
     (dict(controls=torch.ones(STEPS, 2, dtype=torch.float64)), r"controls has dtype torch.float64"),
     (dict(state={"x": torch.zeros(4, 2)}), r"state must hold exactly \['v', 'x'\]; missing \['v'\]"),
 ])
-def test_bad_inputs_are_refused(kwargs: dict, message: str) -> None:
-    kwargs.setdefault("controls", torch.from_numpy(_controls()))
+def test_bad_inputs_are_refused(kwargs: dict, message: str, tdev: torch.device) -> None:
+    kwargs = {key: ({n: t.to(tdev) for n, t in value.items()} if isinstance(value, dict) else value.to(tdev))
+              for key, value in kwargs.items()}   # on sopt's device: the check under test, not the device's, fails
+    kwargs.setdefault("controls", torch.from_numpy(_controls()).to(tdev))
     with pytest.raises(ValueError, match=message):
         sopt.torch.rollout(_sim(), STEPS, **kwargs)

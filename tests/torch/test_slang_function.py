@@ -21,14 +21,14 @@ def _reference(p: torch.Tensor, x: torch.Tensor, c: torch.Tensor) -> torch.Tenso
     return p[0] * torch.sin(p[1] * x) + c * x * x
 
 
-def test_values_and_gradients_match_float64_torch() -> None:
+def test_values_and_gradients_match_float64_torch(tdev: torch.device) -> None:
     mod = sopt.load_module(WAVE)
-    p = torch.tensor([1.5, 0.8], requires_grad=True)
-    x = torch.linspace(-2, 2, 9).requires_grad_()
-    c = torch.full((9,), 0.3, requires_grad=True)
+    p = torch.tensor([1.5, 0.8], device=tdev, requires_grad=True)
+    x = torch.linspace(-2, 2, 9, device=tdev).requires_grad_()
+    c = torch.full((9,), 0.3, device=tdev, requires_grad=True)
     y = mod.wave(p, x, c)
     assert isinstance(y, torch.Tensor) and y.shape == (9,)
-    dy = torch.arange(9, dtype=torch.float32) - 4
+    dy = torch.arange(9, dtype=torch.float32, device=tdev) - 4
     (y * dy).sum().backward()
     p64, x64, c64 = (t.detach().double().requires_grad_() for t in (p, x, c))
     y64 = _reference(p64, x64, c64)
@@ -38,13 +38,13 @@ def test_values_and_gradients_match_float64_torch() -> None:
         torch.testing.assert_close(ours.grad.double(), ref.grad, rtol=1e-5, atol=1e-5)
 
 
-def test_in_a_torch_model_with_a_number_and_a_sopt_parameter() -> None:
+def test_in_a_torch_model_with_a_number_and_a_sopt_parameter(tdev: torch.device) -> None:
     mod = sopt.load_module(WAVE)
-    layer = torch.nn.Linear(1, 1)
+    layer = torch.nn.Linear(1, 1).to(tdev)
     torch.nn.init.constant_(layer.weight, 0.5)
     torch.nn.init.constant_(layer.bias, 0.1)
     p = sopt.Parameter([1.0, 2.0], name="p")
-    x = torch.linspace(0, 1, 5)
+    x = torch.linspace(0, 1, 5, device=tdev)
     y = mod.wave(p, layer(x[:, None])[:, 0], 0.25)   # torch tensor, sopt Parameter, a plain number
     y.sum().backward()
     h = 0.5 * x.double() + 0.1
@@ -54,16 +54,18 @@ def test_in_a_torch_model_with_a_number_and_a_sopt_parameter() -> None:
                                rtol=1e-5)
 
 
-def test_no_grad_and_error_messages() -> None:
+def test_no_grad_and_error_messages(tdev: torch.device, shared: bool) -> None:
     mod = sopt.load_module(WAVE)
+    ones, zeros = torch.ones(2, device=tdev), torch.zeros(3, device=tdev)
     with torch.no_grad():
-        y = mod.wave(torch.tensor([1.0, 1.0]), torch.zeros(3), 0.0)
-    assert not y.requires_grad and torch.equal(y, torch.zeros(3))
+        y = mod.wave(ones, zeros, 0.0)
+    assert not y.requires_grad and torch.equal(y, zeros)
     with pytest.raises(sopt.TapeError, match="wave.not_float: SlangPy cannot bind these arguments"):
-        mod.not_float(torch.zeros(3))
+        mod.not_float(zeros)
     with pytest.raises(ValueError, match=r"wave.wave argument 1 has dtype torch.float64; sopt computes in float32"):
-        mod.wave(torch.ones(2), torch.zeros(3, dtype=torch.float64), 0.0)
-    with pytest.raises(ValueError, match=r"wave.wave argument 1 is on meta, but sopt runs on Vulkan"):
-        mod.wave(torch.ones(2), torch.zeros(3, device="meta"), 0.0)
+        mod.wave(ones, zeros.double(), 0.0)
+    backend = "CUDA" if shared else "Vulkan"
+    with pytest.raises(ValueError, match=rf"wave.wave argument 1 is on meta, but sopt runs on {backend}"):
+        mod.wave(ones, torch.zeros(3, device="meta"), 0.0)
     with pytest.raises(sopt.TapeError, match="wave.wave: on a tape the result is allocated by the tape"):
-        mod.wave(torch.ones(2), torch.zeros(3), 0.0, _result=torch.zeros(3))
+        mod.wave(ones, zeros, 0.0, _result=zeros.clone())

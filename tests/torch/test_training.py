@@ -17,19 +17,19 @@ from sopt.torch import TorchModule
 pytestmark = pytest.mark.filterwarnings("ignore:sopt.torch. sopt runs on Vulkan:RuntimeWarning")
 
 
-def _batch(n: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _batch(device: torch.device, n: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, 2, generator=g)
+    x = torch.rand(n, 2, generator=g).to(device)
     return x, torch.sin(3 * x[:, :1]) * torch.cos(2 * x[:, 1:])
 
 
-def test_torch_optimizer_updates_reach_sopt_module() -> None:
+def test_torch_optimizer_updates_reach_sopt_module(tdev: torch.device) -> None:
     module = FullyFusedMLP(2, 1, 8, 2, activation="tanh", seed=1)
     net = TorchModule(module)
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    x, target = _batch()
+    scaler = torch.amp.GradScaler(tdev.type, init_scale=1024.0)
+    x, target = _batch(tdev)
     losses = []
     for _ in range(4):
         opt.zero_grad()
@@ -42,21 +42,21 @@ def test_torch_optimizer_updates_reach_sopt_module() -> None:
     assert losses[-1] < losses[0]
     assert opt.param_groups[0]["lr"] == pytest.approx(2.5e-3)
     # the sopt module computes with the torch parameters' values: its own forward equals a float64 evaluation
-    sd = {k: p.detach().double() for k, p in net.named_parameters()}
+    sd = {k: p.detach().cpu().double() for k, p in net.named_parameters()}
     net(x)   # synchronises (copy mode uploads the changed values)
     for key, value in module.state_dict().items():
         np.testing.assert_array_equal(value, sd[key].float().numpy())
-    h = x.double()
+    h = x.cpu().double()
     for i in range(3):
         h = h @ sd[f"{i}.weight"].T + sd[f"{i}.bias"]
         h = torch.tanh(h) if i < 2 else h
-    y_sopt, _, _ = vjp(module, x.numpy(), np.zeros((16, 1), np.float32))
+    y_sopt, _, _ = vjp(module, x.cpu().numpy(), np.zeros((16, 1), np.float32))
     np.testing.assert_allclose(y_sopt, h.numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_state_dict_and_torch_save_round_trip() -> None:
+def test_state_dict_and_torch_save_round_trip(tdev: torch.device) -> None:
     a, b = TorchModule(Linear(3, 2, seed=1)), TorchModule(Linear(3, 2, seed=2))
-    x = torch.rand(4, 3)
+    x = torch.rand(4, 3, device=tdev)
     assert not torch.equal(a(x), b(x))
     buffer = io.BytesIO()
     torch.save(a.state_dict(), buffer)
@@ -66,9 +66,9 @@ def test_state_dict_and_torch_save_round_trip() -> None:
     np.testing.assert_array_equal(b.sopt_module.weight.numpy(), a.sopt_module.weight.numpy())
 
 
-def test_module_called_twice_sums_gradients() -> None:
+def test_module_called_twice_sums_gradients(tdev: torch.device) -> None:
     net = TorchModule(Linear(2, 2, activation="tanh", seed=3))
-    x1, x2 = torch.rand(5, 2), torch.rand(6, 2)
+    x1, x2 = torch.rand(5, 2, device=tdev), torch.rand(6, 2, device=tdev)
     (net(x1).sum() + 2 * net(x2).sum()).backward()
     twice = net.weight.grad.clone()
     net.zero_grad()
@@ -87,11 +87,11 @@ class _TorchNet(torch.nn.Module):
         return self.body(x)
 
 
-def test_sopt_adam_over_torch_model_matches_torch_adam() -> None:
-    ours, theirs = _TorchNet(), _TorchNet()
+def test_sopt_adam_over_torch_model_matches_torch_adam(tdev: torch.device) -> None:
+    ours, theirs = _TorchNet().to(tdev), _TorchNet().to(tdev)
     opt = sopt.optim.Adam(ours.parameters(), lr=0.05, weight_decay=0.01)
     ref = torch.optim.Adam(theirs.parameters(), lr=0.05, weight_decay=0.01)
-    x, target = _batch(seed=1)
+    x, target = _batch(tdev, seed=1)
     for _ in range(4):
         for model, o in ((ours, opt), (theirs, ref)):
             o.zero_grad()
@@ -103,14 +103,14 @@ def test_sopt_adam_over_torch_model_matches_torch_adam() -> None:
     assert ours(x).shape == (16, 1)   # the torch model keeps working
 
 
-def test_sopt_adam_over_torch_module_parameters() -> None:
+def test_sopt_adam_over_torch_module_parameters(tdev: torch.device) -> None:
     module = FullyFusedMLP(2, 1, 8, 1, activation="tanh", seed=2)
     net = TorchModule(module)
     twin = TorchModule(FullyFusedMLP(2, 1, 8, 1, activation="tanh", seed=2))
     opt = sopt.optim.Adam(net.parameters(), lr=0.02)
     ref = torch.optim.Adam(twin.parameters(), lr=0.02)
     assert opt.arena.params == [module.params]   # the sopt Parameter itself, once for all its windows
-    x, target = _batch(seed=2)
+    x, target = _batch(tdev, seed=2)
     for _ in range(3):
         for model, o in ((net, opt), (twin, ref)):
             o.zero_grad()
@@ -118,7 +118,7 @@ def test_sopt_adam_over_torch_module_parameters() -> None:
             o.step()
     for (name, p), q in zip(net.named_parameters(), twin.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
-    np.testing.assert_allclose(module.state_dict()["0.weight"], net.get_parameter("0.weight").detach().numpy())
+    np.testing.assert_allclose(module.state_dict()["0.weight"], net.get_parameter("0.weight").detach().cpu().numpy())
 
 
 def test_partial_windows_refused() -> None:
@@ -129,8 +129,19 @@ def test_partial_windows_refused() -> None:
     assert net.sopt_module.params.owner is None   # nothing changed
 
 
-def test_copy_mode_step_refuses_an_encoder() -> None:
-    model = _TorchNet()
+def test_step_into_a_callers_encoder(shared: bool, tdev: torch.device) -> None:
+    model = _TorchNet().to(tdev)
     opt = sopt.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="call step\\(\\) without an encoder"):
-        opt.step(sopt.device.get_device().create_command_encoder())
+    encoder = sopt.device.get_device().create_command_encoder()
+    if not shared:   # copy mode downloads the new values after its own submission
+        with pytest.raises(ValueError, match="call step\\(\\) without an encoder"):
+            opt.step(encoder)
+        return
+    # shared: the step is recorded into the caller's encoder and lands with its submission
+    x, target = _batch(tdev)
+    torch.nn.functional.mse_loss(model(x), target).backward()
+    expected = [(p - 0.1 * p.grad).detach().clone() for p in model.parameters()]
+    opt.step(encoder)
+    sopt.device.submit(encoder)
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.detach(), e, rtol=1e-6, atol=1e-7)
