@@ -122,3 +122,13 @@ def test_a_scene_the_observations_do_not_divide_is_refused(tmp_path, capsys):
                                 "observations = 33 "
                                 "(duration 5 s, dt 0.005 s)"]
     assert not (tmp_path / "o2").exists()
+
+
+def test_the_default_fit_recovers_every_parameter_within_three_reported_sigmas(tmp_path):
+    # issue 23's done-when check at the default size (noise 5 cm, the default initial guess): measured
+    # |fitted - true| / sigma = 0.86, 0.25, 0.82, 0.77 (drag, restitution, speed, angle)
+    result = run(FitProjectile, ProjectileConfig(), tmp_path / "out", progress=False).result
+    for name in NAMES:
+        std = result["uncertainty"][name]
+        assert 0.0 < std < 0.1 * abs(result["true"][name]), (name, std)
+        assert abs(result["fitted"][name] - result["true"][name]) <= 3.0 * std, (name, result["fitted"][name], std)

@@ -89,3 +89,13 @@ def test_config_errors_are_one_line_naming_the_key(override: dict[str, Any], mes
         load_config(NBodyMassesConfig, None, override)
     assert len(info.value.lines) == 1
     assert message in info.value.lines[0], info.value.lines[0]
+
+
+def test_the_default_fit_recovers_every_mass_within_three_reported_sigmas(tmp_path: pathlib.Path) -> None:
+    # issue 23's done-when check at the default size (4 bodies, noise 0.01, every initial mass 1): measured
+    # |fitted - true| / sigma = 1.10, 1.03, 0.18, 0.51
+    result = run(NBodyMasses, NBodyMassesConfig(), tmp_path / "out", progress=False).result
+    fitted, true = np.asarray(result["fitted"]["masses"]), np.asarray(result["true"]["masses"])
+    std = np.asarray(result["uncertainty"]["masses"])
+    assert std.shape == true.shape and (std > 0).all() and (std < 0.05 * true).all(), std
+    assert (np.abs(fitted - true) <= 3.0 * std).all(), (fitted, true, std)
