@@ -1,7 +1,7 @@
-"""neural_controller: the controller's features and their adjoint against numpy, the walk (features, MLP,
-sticky-ground steps) against a float64 numpy reference, its tape gradient in the MLP's weights against central
-differences of that reference, training that walks farther, resume == uninterrupted, the outputs, and one-line
-config errors."""
+"""neural_controller: the controller's features and the posture loss with their adjoints against numpy, the walk
+(features, MLP, sticky-ground steps) and its loss (distance and posture) against a float64 numpy reference, its tape
+gradient in the MLP's weights against central differences of that reference, training that walks farther and
+upright, resume == uninterrupted, the outputs, and one-line config errors."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import slangpy as spy
 import sopt
 from sopt.problems.fitting import ConfigError, load_config, resume, run
 from sopt.problems.neural_controller import NeuralController, NeuralControllerConfig, NeuralControllerProblem
-from sopt.problems.neural_controller.problem import GROUND
+from sopt.problems.neural_controller.controller import PostureLoss
+from sopt.problems.neural_controller.problem import GROUND, UPRIGHT_HEIGHT, UPRIGHT_TILT
 from sopt.sim import State
+from sopt.tape import loss_scalar
 from tests.sim import spring_system_reference as ref
 from tests.problems.runs import Interrupt
 
@@ -29,6 +31,11 @@ def config(**overrides: Any) -> NeuralControllerConfig:
 # -- float64 reference of one walk ----------------------------------------------------------------------------------
 def reference_walk(problem: NeuralControllerProblem, weights: dict[str, np.ndarray]) -> float:
     """The distance (m) the centre moves along +x in one walk, float64: features, tanh MLP, reference steps."""
+    return reference_loss(problem, weights)[0]
+
+
+def reference_loss(problem: NeuralControllerProblem, weights: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(distance (m), loss = -distance + w mean_{t >= 1, back b} (y_b(t) - y_b(0))^2) of one walk in float64."""
     c, robot, ctrl = problem.config, problem.robot, problem.controller
     p = ref.SpringParams(springs=robot.springs, stiffness=np.array([c.stiffness]), damping=np.array([c.damping]),
                          rest_length=np.linalg.norm(np.diff(robot.x0.astype(np.float64)[robot.springs], axis=1)[:, 0],
@@ -40,13 +47,16 @@ def reference_walk(problem: NeuralControllerProblem, weights: dict[str, np.ndarr
     x = robot.x0.astype(np.float64)
     v = np.zeros_like(x)
     phase = 2 * np.pi * np.arange(ctrl.n_sin) / ctrl.n_sin
+    posture = 0.0
     for t in range(c.episode_steps):
         f = np.concatenate([np.sin(ctrl.omega * t * c.dt + phase),
                             (ctrl.state_scale * np.concatenate([x - x.mean(axis=0), v], axis=1)).ravel()])
         for k in layers:
             f = np.tanh(weights[f"mlp.{k}.weight"] @ f + weights[f"mlp.{k}.bias"])
         x, v = ref.step(p, x, v, f)
-    return float(x[:, 0].mean() - robot.x0.astype(np.float64)[:, 0].mean())
+        posture += np.sum((x[problem.back, 1] - robot.x0.astype(np.float64)[problem.back, 1]) ** 2)
+    distance = float(x[:, 0].mean() - robot.x0.astype(np.float64)[:, 0].mean())
+    return distance, -distance + c.upright_weight * posture / (c.episode_steps * problem.back.size)
 
 
 def test_features_and_their_adjoint_match_numpy() -> None:
@@ -70,20 +80,44 @@ def test_features_and_their_adjoint_match_numpy() -> None:
     np.testing.assert_allclose(vt.grad.to_numpy().reshape(n, 2), scale * gs[:, 2:], rtol=1e-5, atol=1e-6)
 
 
+def test_posture_loss_and_its_adjoint_match_numpy() -> None:
+    rng = np.random.default_rng(2)
+    traj = rng.normal(size=(5, 6, 2))
+    back, rest = np.array([4, 1, 3]), rng.normal(size=3)
+    seed = 0.7
+    t = spy.Tensor.from_numpy(sopt.get_device(), traj.astype(np.float32)).with_grads(zero=True)
+    tape = sopt.Tape()
+    with tape:
+        loss = PostureLoss(back, rest, 6, 30.0)(t)
+    tape.backward(grads={loss: np.array([seed], np.float32)})
+    tape.submit()
+    traj = traj.astype(np.float32).astype(np.float64)
+    offsets = traj[:, back, 1] - rest.astype(np.float32)
+    assert float(loss.to_numpy()[0]) == pytest.approx(30.0 * np.mean(offsets ** 2), rel=1e-5)
+    want = np.zeros_like(traj)
+    want[:, back, 1] = seed * 2 * 30.0 * offsets / offsets.size
+    np.testing.assert_allclose(t.grad.to_numpy().reshape(traj.shape), want, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="distinct"):
+        PostureLoss([1, 1], [0.0, 0.0], 6, 1.0)
+
+
 def test_walk_and_its_gradient_match_the_float64_reference() -> None:
     problem = NeuralControllerProblem(config(episode_steps=60))
     params = problem.parameters()
     weights = {name: p.numpy().astype(np.float64) for name, p in params.items()}
-    want = reference_walk(problem, weights)
+    want, want_loss = reference_loss(problem, weights)
     assert abs(problem.distance_before - want) < 2e-5, (problem.distance_before, want)
     # the robot moved and touched the ground: the comparison exercises actuation and contact
     assert abs(want) > 1e-3
-    # tape gradient of the loss (= -distance) in sampled weights vs central differences of the reference
+    # tape gradient of the loss (-distance + posture) in sampled weights vs central differences of the reference
     tape = sopt.Tape()
     with tape:
         loss = problem(tape, 0)
     tape.backward(loss)
     tape.submit()
+    posture = float(loss[1].to_numpy()[0])
+    assert posture > 1e-3 * abs(want)   # the posture term is in the loss, and its gradient with it
+    assert loss_scalar(loss) == pytest.approx(want_loss, abs=2e-5)
     rng = np.random.default_rng(0)
     checked = 0
     for name, p in params.items():
@@ -95,7 +129,7 @@ def test_walk_and_its_gradient_match_the_float64_reference() -> None:
             down = {k: w.copy() for k, w in weights.items()}
             up[name].ravel()[index] += h
             down[name].ravel()[index] -= h
-            fd = -(reference_walk(problem, up) - reference_walk(problem, down)) / (2 * h)
+            fd = (reference_loss(problem, up)[1] - reference_loss(problem, down)[1]) / (2 * h)
             g = grad.ravel()[index]
             assert abs(g - fd) <= 1e-3 * np.abs(grad).max() + 2e-2 * abs(fd), (name, index, g, fd)
             checked += 1
@@ -103,14 +137,19 @@ def test_walk_and_its_gradient_match_the_float64_reference() -> None:
 
 
 # -- training ---------------------------------------------------------------------------------------------------
+SMALL_STEPS = 16
 
 
-def test_training_walks_farther(tmp_path: pathlib.Path) -> None:
-    out = run(NeuralControllerProblem, config(episode_steps=150, steps=16, log_every=4), tmp_path, progress=False)
-    before, after = (out.result["fitted"][k] for k in ("distance_before", "distance_after"))
-    # at least 3x the untrained walk and a third of a body length (a square is 0.05 m, the robot 0.15 m)
-    assert after > max(3 * abs(before), 0.05), (before, after)
-    assert out.result["loss"] == pytest.approx(-after, abs=1e-6)
+def test_training_walks_farther_and_upright(tmp_path: pathlib.Path) -> None:
+    out = run(NeuralControllerProblem, config(episode_steps=150, steps=SMALL_STEPS, log_every=4), tmp_path,
+              progress=False)
+    fitted = out.result["fitted"]
+    before, after = fitted["distance_before"], fitted["distance_after"]
+    # at least 3x the untrained walk and half a body length (a square is 0.05 m, the robot 0.15 m)
+    assert after > max(3 * abs(before), 0.075), (before, after)
+    # upright through the whole walk: the back stays high and near level
+    assert fitted["min_back_height"] > UPRIGHT_HEIGHT and fitted["max_tilt"] < UPRIGHT_TILT, fitted
+    assert -after < out.result["loss"] < -after + 0.05     # the posture term: positive, and small beside it
     assert out.result["true"] == {} and out.result["rel_error"] == {}
     for name in ("gait.png", "gait.gif", "curves.png", "metrics.jsonl", "checkpoint.npz", "config.toml"):
         assert (tmp_path / name).stat().st_size > 0

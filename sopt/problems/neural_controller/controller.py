@@ -12,6 +12,8 @@ output row is handed to the step as the (A,) control by a view of the same memor
 adjoint writes dL/du straight into the MLP's output gradient.
 
 :func:`walk_loss` records ``-(centre_x(T) - centre_x(0))``: minimising it walks the centre along +x.
+:class:`PostureLoss` records ``w mean_{t, b} (y_b(t) - y_b(0))^2`` over the back's particles b and every step t:
+minimising it keeps the back level at its standing height (upright, no tumbling, no belly crawl).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+import numpy as np
 import slangpy as spy
 
 from sopt import init
+from sopt.device import get_device
 from sopt import tape as tp
 from sopt.nn import MLP
 from sopt.kernel import Function, launch
@@ -33,6 +37,8 @@ _FEATURES = Function(_SOURCE, "controller_features")
 _FEATURES_BWD = Function(_SOURCE, "controller_features_bwd")
 _WALK_LOSS = Function(_SOURCE, "walk_loss")
 _WALK_LOSS_BWD = Function(_SOURCE, "walk_loss_bwd")
+_POSTURE_LOSS = Function(_SOURCE, "posture_loss")
+_POSTURE_LOSS_BWD = Function(_SOURCE, "posture_loss_bwd")
 
 
 class NeuralController:
@@ -111,3 +117,57 @@ def walk_loss(x: spy.Tensor, start: float) -> spy.Tensor:
     tp.record("walk_loss", forward, backward, reads=[x], writes=[loss], add_grads=[x])
     return loss
 
+
+
+class PostureLoss:
+    """``loss = weight / (T B) sum_{t, b} (y[t, back_b] - rest_y_b)^2`` (m, for ``weight`` in 1/m): the back's B
+    particles' mean squared height change over a (T, N, 2) trajectory of positions (m), recorded on the tape
+    (kernels in controller.slang). A tilt of the back by a small angle a adds about weight a^2 L^2 / 12 (L the back's
+    length), a sag or hop by h adds weight h^2.
+
+    Args:
+        back: (B,) distinct particle indices of the back.
+        rest_y: (B,) their standing heights (m).
+        n_particles: N.
+        weight: w (1/m), >= 0.
+    """
+
+    def __init__(self, back: Any, rest_y: Any, n_particles: int, weight: float) -> None:
+        back = np.asarray(back, np.int32)
+        rest_y = np.asarray(rest_y, np.float32)
+        if back.ndim != 1 or back.size < 1 or back.shape != rest_y.shape or np.unique(back).size != back.size:
+            raise ValueError(f"PostureLoss: back must be (B,) distinct indices with rest_y (B,), got {back.shape} "
+                             f"and {rest_y.shape}")
+        if back.min() < 0 or back.max() >= n_particles:
+            raise ValueError(f"PostureLoss: back indices must lie in [0, {n_particles}), got {back.tolist()}")
+        if not (np.isfinite(weight) and weight >= 0):
+            raise ValueError(f"PostureLoss: weight = {weight!r} must be a finite number >= 0 (1/m)")
+        device = get_device()
+        self.n, self.count, self.weight = int(n_particles), int(back.size), float(weight)
+        self.back = spy.Tensor.from_numpy(device, back)
+        self.rest_y = spy.Tensor.from_numpy(device, rest_y)
+
+    def __call__(self, trajectory: spy.Tensor) -> spy.Tensor:
+        """The (1,) loss of a (T, N, 2) trajectory (recorded; its adjoint adds into the trajectory's gradient)."""
+        k = int(trajectory.shape[0])
+        if _numel(trajectory) != k * self.n * 2:
+            raise ValueError(f"PostureLoss: trajectory has shape {tuple(trajectory.shape)}, expected (T, {self.n}, 2)")
+        loss = tp.new_tensor((1,))
+        args = (k, self.n, self.count, self.weight, self.back, self.rest_y)
+
+        def forward(enc: spy.CommandEncoder) -> None:
+            launch(_POSTURE_LOSS, enc, spy.grid((1,)), *args, tp.flat(trajectory), loss)
+
+        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
+            launch(_POSTURE_LOSS_BWD, enc, spy.grid((k * self.count,)), *args, tp.flat(trajectory),
+                   tp.flat(loss.grad), tp.flat(trajectory.grad))
+
+        tp.record("PostureLoss", forward, backward, reads=[trajectory], writes=[loss], add_grads=[trajectory])
+        return loss
+
+
+def _numel(t: spy.Tensor) -> int:
+    count = 1
+    for d in t.shape:
+        count *= int(d)
+    return count

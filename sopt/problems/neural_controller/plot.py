@@ -101,15 +101,15 @@ def write_gif(path: str | os.PathLike[str], robot: Robot, ground: float, frames:
 
 def plot_distance(path: str | os.PathLike[str], history: list[dict[str, Any]], before: float,
                   title: str = "") -> Any:
-    """Write ``path`` (PNG): the distance walked (m, = -loss) over the training steps, linear scale, with the
-    untrained controller's distance dashed, both labelled in a legend beside the axes; returns the figure."""
+    """Write ``path`` (PNG): -loss over the training steps (m: the distance walked less the posture term), linear
+    scale, with the untrained controller's distance dashed, both labelled in a legend beside the axes; returns the figure."""
     steps = [0] + [m["step"] for m in history if m.get("loss") is not None]
     distance = [before] + [-m["loss"] for m in history if m.get("loss") is not None]
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     ax.plot(steps, distance, "o-", ms=3, label="controller (training)")
     ax.axhline(before, color="k", ls="--", lw=1.0, label="untrained")
     ax.set_xlabel("training step")
-    ax.set_ylabel("distance walked (m) = -loss")
+    ax.set_ylabel("-loss (m): distance less posture term")
     ax.set_title(title or "distance walked")
     ax.grid(True, alpha=0.3)
     legend_beside(ax, 2)
