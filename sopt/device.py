@@ -448,10 +448,18 @@ def submit(encoder: spy.CommandEncoder) -> None:
     CUDA context they run on torch's current stream, ordered with torch's own work without a host wait."""
     device = get_device()
     if _torch_index is not None:
-        stream = sys.modules["torch"].cuda.current_stream(_torch_index).cuda_stream
+        stream = _torch_stream(_torch_index)
         device.submit_command_buffer(encoder.finish(), cuda_stream=spy.NativeHandle.from_cuda_stream(stream))
         return
     device.submit_command_buffer(encoder.finish())
+
+
+def _torch_stream(index: int) -> int:
+    """The handle of torch's current CUDA stream on device ``index`` (the raw pointer: building torch's Stream
+    object for it costs microseconds of host time per submission)."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def synchronize() -> None:

@@ -33,6 +33,7 @@ Extending: :func:`record` is the one primitive: a forward recorded now, a backwa
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -534,7 +535,7 @@ class Tape:
 
 
 def _numel(t: spy.Tensor) -> int:
-    return int(np.prod(tuple(t.shape)))
+    return math.prod(t.shape)   # not numpy's prod: this runs several times per recorded step
 
 
 def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:

@@ -370,12 +370,14 @@ class Optimizer(StateDict):
         return bound
 
     def zero_grad(self) -> None:
-        """Set every gradient to zero (``step()`` already does this as it consumes them)."""
+        """Set every gradient to zero (``step()`` already does this as it consumes them). Over torch parameters
+        (sopt.torch) their ``.grad`` may become None instead, as torch's ``zero_grad`` does (see
+        sopt.torch.optimizer_link)."""
+        if self._torch_link is not None and self._torch_link.zero_grad():
+            return   # every gradient is cleared before it is next added to or read: no dispatch now
         n_vec = self.arena.n_vec
         self._kernel("fill").set(arena=self.arena.buffer, fill_first=0, fill_count=n_vec,
                                  fill_value=0.0).dispatch(n_vec)
-        if self._torch_link is not None:
-            self._torch_link.zero_grad()
 
     def _restart_counts(self, step: int, skipped: int) -> None:
         """Continue from ``step`` applied and ``skipped`` skipped steps (load_state_dict): a fresh control buffer

@@ -35,7 +35,8 @@ def into_sopt(src: torch.Tensor, dst: spy.Tensor, encoder: spy.CommandEncoder) -
     """Write ``src`` (same element count) into ``dst``: a torch copy on torch's stream (shared), or an upload
     recorded into ``encoder`` (copy mode), so it lands before the commands recorded after it."""
     if placement.mode() == placement.SHARED:
-        torch_view(dst).view(-1).copy_(src.detach().reshape(-1))
+        view, src = torch_view(dst), src.detach()
+        view.copy_(src if src.shape == view.shape else src.reshape(view.shape))
         return
     host = np.ascontiguousarray(src.detach().reshape(-1).numpy(), np.float32)
     encoder.upload_buffer_data(dst.storage, 4 * int(dst.offset), host)
@@ -53,7 +54,9 @@ def new_sopt(src: torch.Tensor, grads: bool, encoder: spy.CommandEncoder) -> spy
 def to_torch(t: spy.Tensor, shape: tuple[int, ...] | None = None) -> torch.Tensor:
     """A new torch tensor (the caller's to keep) holding the sopt array ``t``, shaped ``shape`` (default t's).
     Copy mode reads through the host and so waits for the GPU; shared mode copies on torch's stream."""
-    shape = tuple(t.shape) if shape is None else shape
     if placement.mode() == placement.SHARED:
-        return torch_view(t).reshape(shape).clone()
-    return torch.from_numpy(t.to_numpy().reshape(shape).copy())
+        view = torch_view(t)
+        # a copy: t is a pool array that the next call of the same kind overwrites
+        return (view if shape is None or view.shape == shape else view.reshape(shape)).clone()
+    host = t.to_numpy()
+    return torch.from_numpy(host.reshape(tuple(t.shape) if shape is None else shape).copy())

@@ -27,9 +27,10 @@ import numpy as np
 import slangpy as spy
 import torch
 
+from sopt import tape as tp
 from sopt.parameter import Parameter
-from sopt.torch import arrays, placement
-from sopt.torch.parameter_views import ParameterView, _contiguous
+from sopt.torch import placement
+from sopt.torch.parameter_views import ParameterView, WindowCache, _contiguous
 from sopt.torch.registry import module_parameter
 
 # sopt Parameter -> [(torch parameter, its window of the Parameter, whether its .grad may alias the arena)]
@@ -77,21 +78,22 @@ def link_for(params: list[Parameter]) -> "OptimizerLink | None":
             if missing:
                 raise ValueError(f"the optimiser was given some of a TorchModule's parameters that share one sopt "
                                  f"Parameter but not {missing}; a step updates all of them: pass them all")
-    return OptimizerLink(entries)
+    return OptimizerLink(entries, complete=len(entries) == len(params))
 
 
 class OptimizerLink:
     """Keeps an optimiser's torch parameters and its arena in step (see the module docstring)."""
 
-    def __init__(self, entries: list[tuple[Parameter, list[tuple[torch.Tensor, ParameterView, bool]]]]) -> None:
+    def __init__(self, entries: list[tuple[Parameter, list[tuple[torch.Tensor, ParameterView, bool]]]],
+                 complete: bool = False) -> None:
         self.entries = entries
+        self.complete = complete   # every Parameter of the optimiser is linked
         self.mode = placement.mode()
-        self._sources: dict[int, Any] = {}     # shared: id(p) -> the sopt array the torch .data views
+        self._sources: dict[int, Any] = {}     # shared: id(p) -> the sopt array the torch .data view
         self._grad_sources: dict[int, Any] = {}
         self._versions: dict[int, tuple[int, ...]] = {}
-
-    def _flat(self, t: spy.Tensor) -> torch.Tensor:
-        return arrays.torch_view(t).view(-1)
+        # shared: the torch windows of each Parameter's values (per arena side) and gradient, made once
+        self._windows = {id(p): WindowCache([view for _, view, _ in linked]) for p, linked in entries}
 
     def check_encoder(self, given: bool) -> None:
         """ValueError (before anything changes) for a step recorded into a caller's encoder in copy mode."""
@@ -101,19 +103,22 @@ class OptimizerLink:
 
     def before_step(self, encoder: spy.CommandEncoder) -> None:
         """Bring the torch gradients (and, copy mode, values torch changed) into the arena before the update:
-        uploads recorded into ``encoder`` (copy mode), or torch copies on torch's stream (shared)."""
+        uploads recorded into ``encoder`` (copy mode), or torch copies on torch's stream (shared). A gradient
+        that already is its window of the arena (a view: torch accumulated there, or a TorchModule's backward
+        wrote there) is not copied; a Parameter whose torch gradients are all None is cleared in ``encoder``."""
         if self.mode == placement.COPY:
             self.upload(encoder)
             return
         with torch.no_grad():
             for p, linked in self.entries:
-                grads = self._flat(p.grad)
-                for t, view, alias in linked:
-                    window = view.of(grads)
+                if all(t.grad is None for t, _, _ in linked):
+                    tp.clear(encoder, p.grad)
+                    continue
+                for (t, _, _), window in zip(linked, self._windows[id(p)].of(p.grad)):
                     g = t.grad
                     if g is None:
                         window.zero_()
-                    elif not (alias and g.data_ptr() == window.data_ptr()):
+                    elif g is not window and not _same_memory(g, window):
                         window.copy_(g)
 
     def upload(self, encoder: spy.CommandEncoder) -> None:
@@ -131,35 +136,41 @@ class OptimizerLink:
                     _window(grads, view)[...] = t.grad.detach().numpy()
             encoder.upload_buffer_data(p.grad.storage, 4 * int(p.grad.offset), grads)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self) -> bool:
         """The torch side of ``optimizer.zero_grad()``: gradients of their own become None (aliases of the arena's
-        are zeroed by the optimiser's fill; copy mode zeroes the torch gradients)."""
+        are zeroed by the optimiser's fill; copy mode zeroes the torch gradients). Returns True when no fill is
+        needed: shared mode, every Parameter of the arena a TorchModule's, whose gradients all become None (its
+        next backward, or else the step, clears the arena's gradient first, as for a None ``.grad``)."""
+        lazy = self.mode == placement.SHARED and self.complete and all(
+            not alias for _, linked in self.entries for _, _, alias in linked)
         for _, linked in self.entries:
             for t, _, alias in linked:
                 if self.mode == placement.COPY and t.grad is not None:
                     t.grad.zero_()
                 elif not alias:
                     t.grad = None
+        return lazy
 
     def after_step(self) -> None:
         """Point (shared) or copy (copy mode, after the step's submission: waits for the GPU) the torch parameters
-        at the arena's current values; gradients are zero afterwards."""
+        at the arena's current values; gradients are zero afterwards (shared: a TorchModule parameter's ``.grad``
+        that views the arena's gradient stays, as the aliases do; one of its own becomes None)."""
         with torch.no_grad():
             for p, linked in self.entries:
                 if self.mode == placement.SHARED:
+                    windows = self._windows[id(p)]
                     if p.values is not self._sources.get(id(p)):
                         self._sources[id(p)] = p.values
-                        flat = self._flat(p.values)
-                        for t, view, _ in linked:
-                            t.data = view.of(flat)
+                        for (t, _, _), window in zip(linked, windows.of(p.values)):
+                            t.data = window
+                    grads = windows.of(p.grad)
                     if p.grad is not self._grad_sources.get(id(p)):
                         self._grad_sources[id(p)] = p.grad
-                        grads = self._flat(p.grad)
-                        for t, view, alias in linked:
+                        for (t, _, alias), window in zip(linked, grads):
                             if alias:
-                                t.grad = view.of(grads)
-                    for t, _, alias in linked:
-                        if not alias:
+                                t.grad = window
+                    for (t, _, alias), window in zip(linked, grads):
+                        if not alias and t.grad is not None and not _same_memory(t.grad, window):
                             t.grad = None
                     continue
                 values = p.numpy().reshape(-1)
@@ -168,6 +179,11 @@ class OptimizerLink:
                     if t.grad is not None:
                         t.grad.zero_()
                 self._versions[id(p)] = tuple(t._version for t, _, _ in linked)
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same elements (same first element and strides)."""
+    return a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
 
 
 def _window(flat: np.ndarray, view: ParameterView) -> np.ndarray:

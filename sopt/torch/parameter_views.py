@@ -9,13 +9,16 @@ equally to the values and to the gradient.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
+import slangpy as spy
 import torch
 
 from sopt.parameter import Parameter
+from sopt.torch import arrays
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,42 @@ class ParameterView:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     first: int
+    # the whole Parameter, contiguous: a plain view (cheaper than as_strided); set from the fields above
+    whole: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "whole", self.strides == _contiguous(self.shape) and self.first == 0
+                           and math.prod(self.shape) == self.parameter.size)
 
     def of(self, flat: torch.Tensor) -> torch.Tensor:
         """The window of ``flat`` (a 1-D tensor of the parameter's elements, values or gradient)."""
-        if self.strides == _contiguous(self.shape) and self.first == 0 and flat.numel() == int(np.prod(self.shape)):
+        if self.whole:
             return flat.view(self.shape)
         return flat.as_strided(self.shape, self.strides, flat.storage_offset() + self.first)
+
+
+class WindowCache:
+    """The torch windows of sopt arrays (a Parameter's values, a side of them, or its gradient), one per view in
+    ``views``, made once per array: shared mode only (zero-copy views, see sopt.torch.arrays.torch_view), so they
+    stay valid while the array lives, and making them (an ``as_strided`` each) costs host time every step."""
+
+    _MAX = 4   # arrays per cache: an arena's two sides and a gradient, with room for a move
+
+    def __init__(self, views: Sequence[ParameterView]) -> None:
+        self.views = list(views)
+        self._windows: dict[int, tuple[spy.Tensor, list[torch.Tensor]]] = {}
+
+    def of(self, array: spy.Tensor) -> list[torch.Tensor]:
+        """``[view.of(flat view of array) for view in views]``, cached by the array's identity."""
+        entry = self._windows.get(id(array))
+        if entry is not None and entry[0] is array:
+            return entry[1]
+        flat = arrays.torch_view(array).view(-1)
+        windows = [v.of(flat) for v in self.views]
+        if len(self._windows) >= self._MAX:
+            self._windows.clear()
+        self._windows[id(array)] = (array, windows)
+        return windows
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:

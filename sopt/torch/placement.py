@@ -26,22 +26,37 @@ SHARED, COPY = "shared", "copy"
 _warned: set[str] = set()
 
 
+_resolved: tuple[Any, str, torch.device | None] | None = None   # (sopt's device, its mode, torch's device)
+
+
+def _resolve() -> tuple[str, torch.device | None]:
+    """(mode, torch device) of sopt's device, worked out once per device (they are asked several times a call);
+    the mode is ``""`` for a CUDA device not sharing torch's context."""
+    global _resolved
+    device = dev.get_device()
+    if _resolved is None or _resolved[0] is not device:
+        if dev.device_kind() == "vulkan":
+            _resolved = (device, COPY, torch.device("cpu"))
+        else:
+            index = dev.torch_device_index()
+            _resolved = (device, SHARED, torch.device("cuda", index)) if index is not None else (device, "", None)
+    return _resolved[1], _resolved[2]
+
+
 def mode() -> str:
     """``"shared"`` on a CUDA device sharing torch's context, ``"copy"`` on Vulkan, else ValueError (a CUDA
     device made before torch was imported)."""
-    if dev.device_kind() == "vulkan":
-        return COPY
-    if dev.torch_device_index() is None:
+    m = _resolve()[0]
+    if not m:
         raise ValueError("sopt's CUDA device was created before torch was imported, so it does not share torch's CUDA "
                          "context and cannot read torch's tensors; import torch (or sopt.torch) before sopt's first "
                          "GPU work (the first Parameter, module or kernel)")
-    return SHARED
+    return m
 
 
 def torch_device() -> torch.device:
     """The torch device whose tensors sopt takes: ``cuda:<index>`` when shared, else the CPU."""
-    index = dev.torch_device_index() if dev.device_kind() == "cuda" else None
-    return torch.device("cuda", index) if index is not None else torch.device("cpu")
+    return _resolve()[1] or torch.device("cpu")
 
 
 def check_tensor(t: Any, what: str) -> torch.Tensor:
