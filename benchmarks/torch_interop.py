@@ -14,11 +14,19 @@ Per network and batch, in one process on one GPU:
 * ``torch+sopt-adam``: the same loop with ``sopt.optim.Adam(net.parameters(), lr=1e-2)`` (sopt's one-dispatch
   step over the arena the TorchModule's parameters view).
 
+With ``--cuda-graph``, also ``torch+torch-adam+graph``: the torch-Adam step (``capturable=True``) captured once
+in a CUDA graph (``torch.cuda.graph``) and replayed, which works only if every sopt submission in the step is
+capturable (CUDA launches and device copies on torch's stream, nothing the host reads or waits for); if the
+capture fails, the row says why. (sopt's Adam keeps its step count and arena side on the host, so a replay would
+repeat one step: it is not captured.)
+
 ms/step is wall clock over the timed steps after warm-up, the GPU synchronised at both ends; the ratio is each
-row over ``native`` (issue 22's target: <= 1.15). Also prints the final loss of each (they train the same network
-from the same start, so they should be close).
+row over ``native`` (issue 22's target: <= 1.15). ``host ms`` is the time the Python step() call itself takes
+(no synchronisation): near ms/step, the loop is host-bound (Python and launch overhead); well below, GPU-bound.
+Also prints the final loss of each (they train the same network from the same start, so they should be close).
 
 Run on the GPU machine: python3 benchmarks/torch_interop.py [--steps 300] [--warmup 30] [--batches 14,18]
+[--cuda-graph] [--json out.json]
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from sopt import device as dev
 from sopt.data.image import generated_image, pixel_coordinates
 from sopt.losses import MSELoss
 from sopt.nn import FullyFusedMLP, HashGridEncoding, Sequential
+from sopt.nn.vjp import forward_numpy
 from sopt.optim import Adam
 from sopt.train import BatchSampler, Trainer
 
@@ -54,24 +63,28 @@ def network(kind: str) -> sopt.nn.Module:
     return Sequential(enc, FullyFusedMLP(enc.out_features, 3, HIDDEN, 2, activation="relu", seed=0))
 
 
-def timed(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int) -> float:
+def timed(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int) -> tuple[float, float]:
+    """(wall seconds per step, GPU synchronised at both ends; mean seconds the step() call itself took)."""
     for _ in range(warmup):
         step()
     sync()
+    host = 0.0
     t = time.perf_counter()
     for _ in range(steps):
+        t0 = time.perf_counter()
         step()
+        host += time.perf_counter() - t0
     sync()
-    return (time.perf_counter() - t) / steps
+    return (time.perf_counter() - t) / steps, host / steps
 
 
 def run_native(kind: str, coords: np.ndarray, targets: np.ndarray, batch: int, steps: int, warmup: int) -> dict:
     model = network(kind)
     trainer = Trainer(model, MSELoss(), Adam(model.parameters(), lr=1e-2), BatchSampler(coords, targets, batch, seed=0),
                       progress=False, log_every=10**9)
-    per_step = timed(trainer.train_step, dev.synchronize, steps, warmup)
+    per_step, host = timed(trainer.train_step, dev.synchronize, steps, warmup)
     loss = float(trainer.train_step().item())
-    return {"variant": "native", "ms_per_step": per_step * 1e3, "final_loss": loss}
+    return {"variant": "native", "ms_per_step": per_step * 1e3, "host_ms_per_step": host * 1e3, "final_loss": loss}
 
 
 def run_torch_loop(kind: str, optimiser: str, coords: torch.Tensor, targets: torch.Tensor, batch: int, steps: int,
@@ -89,8 +102,61 @@ def run_torch_loop(kind: str, optimiser: str, coords: torch.Tensor, targets: tor
         opt.step()
         last[:] = [loss]
 
-    per_step = timed(step, torch.cuda.synchronize, steps, warmup)
-    return {"variant": f"torch+{optimiser}-adam", "ms_per_step": per_step * 1e3, "final_loss": float(last[0].item())}
+    per_step, host = timed(step, torch.cuda.synchronize, steps, warmup)
+    return {"variant": f"torch+{optimiser}-adam", "ms_per_step": per_step * 1e3, "host_ms_per_step": host * 1e3,
+            "final_loss": float(last[0].item())}
+
+
+def run_torch_graph(kind: str, coords: torch.Tensor, targets: torch.Tensor, batch: int, steps: int,
+                    warmup: int) -> dict:
+    """The torch+torch-adam loop captured in one CUDA graph and replayed (see the module docstring)."""
+    variant = "torch+torch-adam+graph"
+    net = sopt.torch.TorchModule(network(kind))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2, capturable=True)
+    torch.cuda.manual_seed(0)
+    static_loss = torch.zeros((), device=coords.device)
+
+    def step() -> None:
+        rows = torch.randint(0, coords.shape[0], (batch,), device=coords.device)
+        loss = torch.nn.functional.mse_loss(net(coords[rows]), targets[rows])
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        static_loss.copy_(loss.detach())
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):   # warm-up off the default stream, as torch.cuda.graph asks
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            step()
+        torch.cuda.synchronize()
+    except Exception as exc:   # noqa: BLE001 (reported in the row: which call could not be captured)
+        torch.cuda.synchronize()
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return {"variant": variant, "ms_per_step": float("nan"), "host_ms_per_step": float("nan"),
+                "final_loss": float("nan"), "error": f"capture failed: {type(exc).__name__}: {reason}"}
+    probe = slice(0, coords.shape[0], max(1, coords.shape[0] // 4096))
+    probe_x, probe_y = coords[probe].cpu().numpy(), targets[probe].cpu().numpy()
+
+    def probe_loss() -> float:
+        """The loss on fixed pixels by sopt's own forward (not through TorchModule, whose pooled arrays the graph
+        holds): what the replays' updates did to the network."""
+        return float(np.mean((forward_numpy(net.sopt_module, probe_x) - probe_y) ** 2))
+
+    before = probe_loss()
+    per_step, host = timed(graph.replay, torch.cuda.synchronize, steps, warmup)
+    after = probe_loss()
+    del graph
+    row = {"variant": variant, "ms_per_step": per_step * 1e3, "host_ms_per_step": host * 1e3, "final_loss": after}
+    if not after < 0.8 * before:   # the replays did not train: some of the step was not captured as it ran
+        row["error"] = f"replays do not train (probe loss {before:.5f} -> {after:.5f})"
+    return row
 
 
 def main() -> None:
@@ -100,6 +166,9 @@ def main() -> None:
     parser.add_argument("--batches", default="14,18", help="log2 batch sizes, comma-separated")
     parser.add_argument("--networks", default="fused,hashgrid")
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="also time the torch-Adam step captured in a CUDA graph (run it separately: a failed "
+                             "capture may leave the CUDA context unusable)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmarks/torch_interop.py times the CUDA path: it needs torch with CUDA and an NVIDIA GPU")
@@ -118,11 +187,14 @@ def main() -> None:
             native = run_native(kind, coords, image, batch, args.steps, args.warmup)
             results = [native] + [run_torch_loop(kind, o, coords_t, targets_t, batch, args.steps, args.warmup)
                                   for o in ("torch", "sopt")]
+            if args.cuda_graph:
+                results.append(run_torch_graph(kind, coords_t, targets_t, batch, args.steps, args.warmup))
             for r in results:
                 r.update(network=kind, batch=f"2^{log2}", ratio=r["ms_per_step"] / native["ms_per_step"])
                 rows.append(r)
-                print(f"{kind:9s} 2^{log2}  {r['variant']:18s} {r['ms_per_step']:8.3f} ms/step  "
-                      f"x{r['ratio']:.3f} of native  final loss {r['final_loss']:.5f}", flush=True)
+                print(f"{kind:9s} 2^{log2}  {r['variant']:22s} {r['ms_per_step']:8.3f} ms/step  "
+                      f"(host {r['host_ms_per_step']:7.3f} ms)  x{r['ratio']:.3f} of native  "
+                      f"final loss {r['final_loss']:.5f}" + (f"  [{r['error']}]" if "error" in r else ""), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -111,9 +111,10 @@ def test_sopt_adam_over_torch_module_parameters(tdev: torch.device) -> None:
     ref = torch.optim.Adam(twin.parameters(), lr=0.02)
     assert opt.arena.params == [module.params]   # the sopt Parameter itself, once for all its windows
     x, target = _batch(tdev, seed=2)
-    for _ in range(3):
+    for i in range(3):
         for model, o in ((net, opt), (twin, ref)):
-            o.zero_grad()
+            if o is ref or i != 1:   # sopt's step zeroes the gradients itself (zero_grad is optional)
+                o.zero_grad()
             torch.nn.functional.mse_loss(model(x), target).backward()
             o.step()
     for (name, p), q in zip(net.named_parameters(), twin.parameters()):
@@ -145,3 +146,48 @@ def test_step_into_a_callers_encoder(shared: bool, tdev: torch.device) -> None:
     sopt.device.submit(encoder)
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.detach(), e, rtol=1e-6, atol=1e-7)
+
+
+def test_gradient_paths_agree(tdev: torch.device, shared: bool) -> None:
+    """However torch asks for them (backward into None or into existing .grad, zero_grad to zero, autograd.grad,
+    a hook, two wrappers of one sopt module), the gradients are the same numbers; on CUDA the plain backward
+    writes them in place (.grad views sopt's gradient memory)."""
+    module = FullyFusedMLP(2, 1, 8, 1, activation="tanh", seed=4)
+    net = TorchModule(module)
+    x, target = _batch(tdev, seed=3)
+
+    def loss(model: TorchModule = net) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(model(x), target)
+
+    loss().backward()
+    ref = {k: p.grad.clone() for k, p in net.named_parameters()}
+    if shared:   # in place: the window of the sopt Parameter's gradient
+        first = net.get_parameter("0.weight")
+        assert first.grad.data_ptr() == sopt.torch.arrays.torch_view(module.params.grad).data_ptr()
+    loss().backward()   # accumulates into the .grad there
+    for k, p in net.named_parameters():
+        torch.testing.assert_close(p.grad, 2 * ref[k], rtol=1e-5, atol=1e-7, msg=k)
+    net.zero_grad(set_to_none=False)
+    loss().backward()
+    for k, p in net.named_parameters():
+        torch.testing.assert_close(p.grad, ref[k], rtol=1e-5, atol=1e-7, msg=k)
+    kept = {k: p.grad.clone() for k, p in net.named_parameters()}
+    grads = torch.autograd.grad(loss(), list(net.parameters()))   # returned; .grad untouched
+    for (k, p), g in zip(net.named_parameters(), grads):
+        torch.testing.assert_close(g, ref[k], rtol=1e-5, atol=1e-7, msg=k)
+        torch.testing.assert_close(p.grad, kept[k], rtol=0, atol=0, msg=k)
+    net.zero_grad()
+    handle = net.get_parameter("1.bias").register_hook(lambda g: 3 * g)
+    loss().backward()
+    handle.remove()
+    for k, p in net.named_parameters():
+        torch.testing.assert_close(p.grad, (3 if k == "1.bias" else 1) * ref[k], rtol=1e-5, atol=1e-7, msg=k)
+    net.zero_grad()
+    loss().backward()   # (on CUDA: .grad views the sopt gradient again)
+    twin = TorchModule(module)   # a second wrapper of the same sopt module: its backward clears p.grad first
+    twin_grads = dict(zip(ref, torch.autograd.grad(loss(twin), list(twin.parameters()))))
+    loss(twin).backward()
+    for k, p in net.named_parameters():
+        torch.testing.assert_close(p.grad, ref[k], rtol=1e-5, atol=1e-7, msg=k)
+        torch.testing.assert_close(twin.get_parameter(k).grad, ref[k], rtol=1e-5, atol=1e-7, msg=k)
+        torch.testing.assert_close(twin_grads[k], ref[k], rtol=1e-5, atol=1e-7, msg=k)
