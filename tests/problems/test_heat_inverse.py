@@ -237,10 +237,14 @@ def test_the_reported_uncertainty_covers_the_truth_over_noisy_fits(tmp_path, mon
     assert f"truth within 2 sigma in {100 * within_2[-1]:.1f}% of cells" in panel.get_title()
 
 
-def test_no_uncertainty_above_the_sensitivities_size_limit(monkeypatch):
-    from sopt.problems.heat_inverse import problem as heat_problem
-    monkeypatch.setattr(heat_problem, "MAX_CELLS", 63)
+@pytest.mark.parametrize("limit,value", [("MAX_CELLS", 63), ("MAX_WORK", 64 * 64 * 30 - 1),
+                                         ("MAX_JACOBIAN", 160 * 64 - 1)])
+def test_no_uncertainty_beyond_the_sensitivities_limits(limit, value, monkeypatch):
+    # SMALL: 64 cells, 30 simulated steps, 10 x 16 readings; one less than each limit needs: no uncertainty
+    from sopt.problems.heat_inverse import sensitivity
     problem = HeatInverse(load_config(HeatConfig, None, SMALL))
+    assert problem.uncertainty()["conductivity"].shape == (8, 8)
+    monkeypatch.setattr(sensitivity, limit, value)
     assert problem.uncertainty() is None
 
 

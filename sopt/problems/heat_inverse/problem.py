@@ -43,8 +43,9 @@ Hessian of the regulariser R (regularization.py), sigma = ``noise_std`` (RSS / (
 (1/n) |r|^2 + R is, times n / (2 sigma^2), the negative log posterior with prior exp(-n R / (2 sigma^2)). The
 posterior is a Bayesian one, the regulariser its prior knowledge: its standard deviations are wider than the
 fit's scatter over noise seeds (a piecewise-constant truth, which TV favours, keeps that small), so the truth
-lies within 2 sigma in nearly every cell (measured coverage in the README). Computed up to sensitivity.MAX_CELLS cells (C^2 sensitivities per step);
-a larger plate reports none. Documented ranges of ``true``: background and inclusion conductivity in [5e-5, 2e-4]
+lies within 2 sigma in nearly every cell (measured coverage in the README). Computed within
+sensitivity.affordable's limits (up to 32 x 32 cells, C^2 sensitivities per step, and bounds on C^2 x steps and on
+the Jacobian's size); a larger plate or a longer rollout reports none. Documented ranges of ``true``: background and inclusion conductivity in [5e-5, 2e-4]
 m^2/s (metals; up to 4x contrast either way), a disc of radius 0.15 to 0.3 plate sides or a rectangle of sides
 0.25 to 0.6, lying inside the plate at least 0.1 side from its edges.
 
@@ -69,7 +70,7 @@ from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
 from sopt.problems.fitting.config import AdamConfig, WarmupCosineConfig, observation_steps
 from sopt.problems.fitting.problem import Value
 from sopt.problems.heat_inverse.regularization import FieldRegularizer
-from sopt.problems.heat_inverse.sensitivity import MAX_CELLS, reading_jacobian
+from sopt.problems.heat_inverse.sensitivity import affordable, reading_jacobian
 from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
 from sopt.problems.fitting.uncertainty import laplace_std
 from sopt.problems.limits import check_memory, rollout_states
@@ -231,7 +232,8 @@ class HeatConfig(FitConfig, problem="heat_inverse"):
         readings of every cell in float64 on the host (twice), and about 1700 bytes of fixed cost, mostly the true
         field's 8 x 8 float64 subsamples per cell (three arrays of them) besides the conductivity's parameter,
         optimiser state and regulariser: ``C (8 held + 24 O + 1700)`` plus 1 MiB; held from sopt.sim's rollout
-        plan (steps + 1 without rollout_budget)."""
+        plan (steps + 1 without rollout_budget). Not counted: the end-of-run uncertainty's host arrays, bounded by
+        sensitivity's limits (about 250 MiB at most: 128 MiB of Jacobian, a few (C, C) float64 arrays)."""
         held = rollout_states(self, round(self.duration / self.dt))
         return self.grid ** 2 * (8 * held + 24 * self.observations + 1700) + 2 ** 20
 
@@ -304,8 +306,9 @@ class HeatInverse(FittingProblem):
 
     def uncertainty(self, at: dict[str, Value] | None = None) -> dict[str, Value] | None:
         """Each cell's standard deviation (m^2/s, (g, g)) from the Laplace posterior sigma^2 (J^T J + (n/2) H_R)^-1
-        at ``at`` (default the fit; the module docstring); None above sensitivity.MAX_CELLS cells."""
-        if self.shape[0] * self.shape[1] > MAX_CELLS:
+        at ``at`` (default the fit; the module docstring); None beyond sensitivity.affordable's limits (cells, cells^2
+        x steps, readings x cells)."""
+        if not affordable(self.shape[0] * self.shape[1], self.n_steps, int(np.size(self.observed))):
             return None
         kappa = np.asarray((self.fitted() if at is None else at)["conductivity"], np.float64)
         centre, jac = self.jacobian({"conductivity": kappa})

@@ -16,7 +16,7 @@ sensitivities are stepped at once as a (C, H, W) array: C^2 numbers, C^2 x ~15 f
 where central differences in float32 are not (a 0.1% change of one cell's kappa moves a reading by ~1e-5 K,
 close to float32's rounding of 1 K) and costs about a second at the defaults (24 x 24 cells, 75 steps) where
 1153 GPU rollouts would cost 20 s on the software driver. It grows as C^2 x steps, so heat_inverse computes it
-only up to MAX_CELLS cells.
+only within the limits of :func:`affordable`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from typing import Sequence
 
 import numpy as np
 
-MAX_CELLS = 1024   # up to 32 x 32 cells: the sensitivities are 8 MiB, a few seconds of numpy per 100 steps
+MAX_CELLS = 1024          # up to 32 x 32 cells: the sensitivities are 8 MiB, a few seconds of numpy per 100 steps
+MAX_WORK = 2 ** 30        # cells^2 x steps: about 40 s of numpy (the defaults: 2.5e7, 1 s)
+MAX_JACOBIAN = 2 ** 24    # readings x cells: 128 MiB of float64 (the defaults: 2.1e6)
+
+
+def affordable(cells: int, steps: int, readings: int) -> bool:
+    """Whether :func:`reading_jacobian` fits its limits for a plate of ``cells`` cells, ``steps`` simulated steps
+    and ``readings`` readings (sensors x observation times): MAX_CELLS, MAX_WORK, MAX_JACOBIAN."""
+    return cells <= MAX_CELLS and cells * cells * steps <= MAX_WORK and readings * cells <= MAX_JACOBIAN
 
 
 def _faces(a: np.ndarray) -> tuple[np.ndarray, ...]:
