@@ -227,7 +227,7 @@ class Kernel:
     at :meth:`load` (once per device and process), bound by name at :meth:`bind`.
 
     ``label``: what compile notices call it (default ``<source>:<entry>``). ``linked``: more sources linked into
-    the program, e.g. the module that ``export``\ s a type the entry point's module declares ``extern`` (Slang's
+    the program, e.g. the module that exports a type the entry point's module declares ``extern`` (Slang's
     link-time specialisation: sim/fused_steps.slang's ``ElementStep``, given by a simulator's physics file).
     """
 
