@@ -18,13 +18,14 @@ either way (its plan counts a step's state with its gradient: twice a kept field
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import slangpy as spy
 
 from sopt import tape as tp
-from sopt.kernel import dummy_buffer
-from sopt.sim.grid_barrier import SteppingDispatch, max_groups, stepping_kernel
+from sopt.kernel import Kernel, dummy_buffer
+from sopt.sim.grid_barrier import SteppingDispatch, max_groups
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -36,10 +37,14 @@ CELL_CHOICES = (1, 2, 4, 8)   # cells per thread (registers: ~12 each)
 GRID_MIN_CELLS = 4096         # smaller grids take temporal blocking
 
 
-def _kernel(which: str, cells: int) -> spy.ComputeKernel:
-    """The compute kernel ``diffusion2d_grid_<which><THREADS, cells>`` (``which``: forward or backward)."""
-    return stepping_kernel(_MODULE, f"diffusion2d_grid_{which}_{THREADS}_{cells}",
-                           f"diffusion2d_grid_{which}<{THREADS}, {cells}>", THREADS)
+# the generic entry points of diffusion2d_grid_steps.slang: <threads, cells>
+_KERNELS = {which: Kernel(_MODULE, f"diffusion2d_grid_{which}_kernel") for which in ("forward", "backward")}
+
+
+@functools.lru_cache(maxsize=None)   # one declaration per variant: a dispatch looks it up
+def _kernel(which: str, cells: int) -> Kernel:
+    """The compute kernel ``diffusion2d_grid_<which>_kernel<THREADS, cells>`` (``which``: forward or backward)."""
+    return _KERNELS[which].specialise(THREADS, cells)
 
 
 def layout(n_cells: int, groups_allowed: int | None) -> tuple[int, int] | None:

@@ -40,6 +40,7 @@ forward runs at once and keeps only two states (a ping-pong).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,8 +48,8 @@ import slangpy as spy
 
 from sopt import device as dev
 from sopt import tape as tp
-from sopt.kernel import dummy
-from sopt.sim.grid_barrier import SteppingDispatch, max_groups, stepping_kernel
+from sopt.kernel import Kernel, dummy
+from sopt.sim.grid_barrier import SteppingDispatch, max_groups
 from sopt.sim.state import State
 
 if TYPE_CHECKING:
@@ -85,12 +86,16 @@ def default_layout(n_particles: int, multiprocessors: int | None) -> tuple[dict[
     return {"forward": t, "backward": t}, {"forward": groups, "backward": groups}, False
 
 
-def _kernel(which: str, dim: int, threads: int, shared: bool, degree: int) -> spy.ComputeKernel:
-    """The compute kernel ``spring_steps_<which><dim, threads, shared>`` (``which``: forward or backward), or with
-    ``degree`` > 0 ``spring_steps_<which>_reg<dim, threads, degree>``."""
-    call = (f"spring_steps_{which}_reg<{dim}, {threads}, {degree}>" if degree
-            else f"spring_steps_{which}<{dim}, {threads}, {int(shared)}>")
-    return stepping_kernel(_MODULE, f"spring_steps_{which}_{dim}_{threads}_{int(shared)}_{degree}", call, threads)
+# the generic entry points of spring_system_steps.slang: <dim, threads, shared> and <dim, threads, degree>
+_KERNELS = {(which, reg): Kernel(_MODULE, f"spring_steps_{which}{'_reg' if reg else ''}_kernel")
+            for which in ("forward", "backward") for reg in (False, True)}
+
+
+@functools.lru_cache(maxsize=None)   # one declaration per variant: a dispatch looks it up
+def _kernel(which: str, dim: int, threads: int, shared: bool, degree: int) -> Kernel:
+    """The compute kernel ``spring_steps_<which>_kernel<dim, threads, shared>`` (``which``: forward or backward),
+    or with ``degree`` > 0 ``spring_steps_<which>_reg_kernel<dim, threads, degree>``."""
+    return _KERNELS[(which, degree > 0)].specialise(dim, threads, degree if degree else int(shared))
 
 
 def _mode(c: Any) -> int:

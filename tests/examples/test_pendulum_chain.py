@@ -81,3 +81,63 @@ def test_registered_by_name() -> None:
 def test_unstable_dt_is_refused() -> None:
     with pytest.raises(ValueError, match=r"PendulumChain dt=0\.05 s is unstable .* use dt < 0\.01 s"):
         PendulumChain(2, dt=0.05, stiffness=1e4)
+
+
+def _run(sim: PendulumChain, params: list[sopt.Parameter], chunks: list[int] | None, steps: int,
+         target: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, v, dL/d(k, c, g)) after ``steps`` per-step calls (chunks None) or fused calls of ``chunks`` steps."""
+    with sopt.Tape() as tape:
+        state = sim.initial_state()
+        if chunks is None:
+            for _ in range(steps):
+                state = sim.step(state)
+        else:
+            for n in chunks:
+                state = sim.steps(state, n)
+        loss = sopt.losses.MSELoss()(state.x, target)
+    tape.backward(loss)
+    tape.submit()
+    grads = np.array([p.grad_numpy()[0] for p in params], np.float64)
+    for p in params:
+        p.set_grad(np.zeros(1))
+    return state.x.to_numpy().copy(), state.v.to_numpy().copy(), grads
+
+
+@pytest.mark.parametrize("links,threads", [(5, None), (40, 32)])
+def test_fused_steps_match_per_step(links: int, threads: int | None) -> None:
+    """sim.steps runs the generic fused driver (sim/fused_steps.slang) with ChainStep: the same states as n calls of
+    step and the same gradients, through two fused calls (dL/d state crosses between them) and, with 40 links on
+    32 threads, a thread stepping two elements."""
+    k, c, g = sopt.Parameter([2000.0], name="k"), sopt.Parameter([0.5], name="c"), sopt.Parameter([9.81], name="g")
+    sim = PendulumChain(links, angle=0.4, dt=2e-3, stiffness=k, damping=c, gravity=g)
+    assert sim.fuses_steps()
+    if threads is not None:
+        sim.fused_steps.layout = (threads, 1)
+    target = np.random.default_rng(1).normal(0.0, 0.1, (links, 2)).astype(np.float32)
+    x1, v1, g1 = _run(sim, [k, c, g], None, 30, target)
+    before = sopt.device.dispatch_count()
+    x2, v2, g2 = _run(sim, [k, c, g], [12, 18], 30, target)
+    # initial state, 2 x (forward + backward + 2 state-gradient adds), the loss and its backward
+    assert sopt.device.dispatch_count() - before <= 14
+    np.testing.assert_allclose(x2, x1, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v2, v1, rtol=1e-6, atol=1e-6)
+    assert np.all(np.abs(g1) > 0)
+    np.testing.assert_allclose(g2, g1, rtol=1e-5)
+
+
+def test_fused_steps_gradcheck() -> None:
+    sim, params = _chain()
+    target = np.random.default_rng(2).normal(0.0, 0.1, (3, 2)).astype(np.float32)
+
+    def objective(tape, step):
+        return sopt.losses.MSELoss()(sim.steps(sim.initial_state(), 40).x, target)
+
+    result = sopt.gradcheck(objective, params, eps=1e-2, rtol=2e-2, atol=1e-5)
+    assert result.ok, str(result)
+
+
+def test_fused_layout_is_checked() -> None:
+    sim, _ = _chain()
+    sim.fused_steps.layout = (48, 1)
+    with pytest.raises(ValueError, match=r"FusedSteps layout \(48, 1\): threads must be one of"):
+        sim.steps(sim.initial_state(), 3)
