@@ -50,8 +50,9 @@ def _torch_call(tm: TorchModule, x: np.ndarray, dy: np.ndarray,
     tm.zero_grad()
     y = tm(xt)
     (y * torch.from_numpy(dy).to(device)).sum().backward()
+    # copies: on CUDA a parameter's .grad views sopt's gradient memory, which later sopt calls overwrite
     return (y.detach().cpu().numpy(), xt.grad.cpu().numpy(),
-            {k: p.grad.cpu().numpy() for k, p in tm.named_parameters()})
+            {k: p.grad.cpu().numpy().copy() for k, p in tm.named_parameters()})
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
