@@ -47,7 +47,7 @@ __all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "launch", "p
 _modules: dict[tuple[int, str], spy.Module] = {}             # SlangPy modules (functions)
 _slang_modules: dict[tuple[int, str], spy.SlangModule] = {}  # compiler modules (compute entry points)
 _nodes: dict[tuple[int, str, str, bool], FunctionNode] = {}
-_programs: dict[tuple[Any, ...], spy.ComputeKernel] = {}
+_programs: dict[tuple[int, str, str], spy.ComputeKernel] = {}
 _launched: set[tuple[int, str, str, bool]] = set()            # functions launched before (SlangPy compiles at the first)
 _lock = threading.RLock()   # the Slang session is used by one thread at a time: prefetching vs. launching
 _declared: dict[tuple[str, bool], "Source"] = {}   # (source, for compute kernels) of every declaration, in order
@@ -226,31 +226,25 @@ class Kernel:
     (``Kernel(src, "ffmlp_forward_kernel", 2, 12, 48, 64, 1, 4, 3, "HiddenAct<ReLU>", ...)``). Loaded and linked
     at :meth:`load` (once per device and process), bound by name at :meth:`bind`.
 
-    ``label``: what compile notices call it (default ``<source>:<entry>``). ``linked``: more sources linked into
-    the program, e.g. the module that exports a type the entry point's module declares ``extern`` (Slang's
-    link-time specialisation: sim/fused_steps.slang's ``ElementStep``, given by a simulator's physics file).
+    ``label``: what compile notices call it (default ``<source>:<entry>``).
     """
 
-    __slots__ = ("source", "entry", "generic", "label", "linked")
+    __slots__ = ("source", "entry", "generic", "label")
 
-    def __init__(self, source: "str | pathlib.Path | Source", entry: str, *generic: Any, label: str | None = None,
-                 linked: "tuple[str | pathlib.Path | Source, ...]" = ()) -> None:
+    def __init__(self, source: "str | pathlib.Path | Source", entry: str, *generic: Any, label: str | None = None) -> None:
         self.source = Source(source)
         self.entry = entry
         self.generic = tuple(generic)
-        self.linked = tuple(Source(s) for s in linked)
         spec = f"<{_generic_text(generic)}>" if generic else ""
-        with_ = f" with {', '.join(s.label for s in self.linked)}" if self.linked else ""
-        self.label = label if label is not None else f"{self.source.label}:{entry}{spec}{with_}"
-        for s in (*self.linked, self.source):   # the physics first (see _link)
-            _declared.setdefault((s.key, True), s)
+        self.label = label if label is not None else f"{self.source.label}:{entry}{spec}"
+        _declared.setdefault((self.source.key, True), self.source)
 
     def specialise(self, *generic: Any, label: str | None = None) -> "Kernel":
         """This entry point with generic arguments ``generic`` (appended to any it has)."""
-        return Kernel(self.source, self.entry, *self.generic, *generic, label=label, linked=self.linked)
+        return Kernel(self.source, self.entry, *self.generic, *generic, label=label)
 
-    def _key(self) -> tuple[str, ...]:
-        return (self.source.key, self.entry, _generic_text(self.generic), *(s.key for s in self.linked))
+    def _key(self) -> tuple[str, str, str]:
+        return (self.source.key, self.entry, _generic_text(self.generic))
 
     def load(self) -> spy.ComputeKernel:
         """The compute kernel on the current device, compiled and linked on the first call."""
@@ -266,16 +260,12 @@ class Kernel:
         return kernel
 
     def _link(self, device: spy.Device) -> spy.ShaderProgram:
-        if not self.generic and not self.linked:
+        if not self.generic:
             return device.load_program(str(self.source.file()), [self.entry])
-        linked = [s.slang_module() for s in self.linked]   # first: a module they import is then loaded as theirs
         module = self.source.slang_module()
-        modules = [module, *linked]
-        entry = module.entry_point(self.entry)
-        if self.generic:
-            entry = entry.specialize([spy.SpecializationArg.from_expr(str(int(a))) if isinstance(a, (bool, int))
-                                      else spy.SpecializationArg.from_type(str(a)) for a in self.generic])
-        return device.link_program(modules, [entry])
+        args = [spy.SpecializationArg.from_expr(str(int(a))) if isinstance(a, (bool, int))
+                else spy.SpecializationArg.from_type(str(a)) for a in self.generic]
+        return device.link_program([module], [module.entry_point(self.entry).specialize(args)])
 
     def bind(self, **arguments: Any) -> dev.BoundKernel:
         """The kernel with ``arguments`` written by name (buffers, numbers, structs as dicts); more with ``.set``."""

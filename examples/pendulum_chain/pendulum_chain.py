@@ -3,11 +3,10 @@
 N point masses in 2D hang from a pivot at the origin, each joined to the one above by a stiff damped spring;
 stiffness, damping and gravity may be trainable :class:`sopt.Parameter` s. The physics is
 ``pendulum_chain.slang`` (beside this file), which imports sopt's shared spring physics; this class only
-declares the state and coefficients, binds the physics struct by name and records one step with its adjoint.
-Everything else comes from :class:`sopt.sim.Simulator`: ``steps(state, n)`` fused (n steps in one forward and
-one adjoint dispatch of sopt's generic driver, sim/fused_steps.slang, which the physics file's ``ChainStep``
-plugs into), ``initial_state`` (gradients into x0, v0 Parameters), ``rollout`` with observations and a memory
-``budget``, ``sopt.gradcheck``, ``named_parameters``, and the config registry (``otype = "PendulumChain"``).
+declares the state and coefficients and records one step with its adjoint. Everything else comes from
+:class:`sopt.sim.Simulator`: ``initial_state`` (gradients into x0, v0 Parameters), ``rollout`` with observations
+and a memory ``budget``, ``sopt.gradcheck``, ``named_parameters``, and the config registry (``otype =
+"PendulumChain"``).
 
     python3 examples/pendulum_chain/pendulum_chain.py     # fits the gravity of a 4-link chain from its motion
 """
@@ -25,7 +24,6 @@ from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
 from sopt.kernel import Function, launch
 from sopt.sim import Simulator, State
-from sopt.sim.fused_steps import coefficient_argument, gradient_argument
 from sopt.validation import check_float, check_int
 
 SOURCE = pathlib.Path(__file__).with_name("pendulum_chain.slang")
@@ -56,7 +54,6 @@ class PendulumChain(Simulator):
     """
 
     state_names = ("x", "v")
-    physics_source = SOURCE   # its ChainStep is the fused driver's ElementStep: steps(state, n) runs fused
 
     def __init__(self, links: int, *, angle: float = 0.0, dt: float = 1e-3, length: float = 0.1,
                  stiffness: Any = 1e4, damping: Any = 0.0, mass: float = 1.0, gravity: Any = 9.81) -> None:
@@ -82,15 +79,10 @@ class PendulumChain(Simulator):
                                    damping=self.config_number("damping"), mass=self.mass,
                                    gravity=self.config_number("gravity"))
 
-    def physics_argument(self, gradients: bool) -> dict[str, Any]:
-        """The ChainStep struct by name, for the per-step kernels and the fused driver alike (values fetched per
-        call: a Parameter's view moves between an optimiser's sides); gradient targets only when ``gradients``."""
-        arg = {"n": self.n, "rest_length": self.length, "mass": self.mass, "dt": self.dt}
-        for name in ("stiffness", "damping", "gravity"):
-            c = self.coefficient(name)
-            arg[name] = coefficient_argument(c)
-            arg[f"{name}_grad"] = gradient_argument(c, gradients)
-        return arg
+    def _coefficients_arg(self) -> dict[str, Any]:
+        """The ChainCoefficients struct (a Parameter's view can move between an optimiser's sides: fetch per call)."""
+        return {"stiffness": self.stiffness.values, "damping": self.damping.values, "gravity": self.gravity.values,
+                "rest_length": self.length, "mass": self.mass, "dt": self.dt}
 
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
         """The state ``dt`` later: one dispatch now, its adjoint (one dispatch) at ``tape.backward``."""
@@ -102,10 +94,10 @@ class PendulumChain(Simulator):
         want_state = tape is not None and (tape.requires_grad(state.x) or tape.requires_grad(state.v))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_STEP, enc, grid, self.physics_argument(False), state.x, state.v, out.x, out.v)
+            launch(_STEP, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x, out.v)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_ADJOINT, enc, grid, self.physics_argument(False), state.x, state.v, out.x.grad,
+            launch(_ADJOINT, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x.grad,
                    out.v.grad, int(want_state), state.x.grad if want_state else self._no_grad,
                    state.v.grad if want_state else self._no_grad,
                    {"stiffness": self.stiffness.grad, "damping": self.damping.grad, "gravity": self.gravity.grad})

@@ -1,5 +1,5 @@
 """The host side of sim/grid_barrier.slang, the barrier across the thread groups of one dispatch that lets a
-kernel loop over simulation steps itself (SpringSystem.steps, Diffusion2D.steps on CUDA, sopt.sim.FusedSteps).
+kernel loop over simulation steps itself (SpringSystem.steps, Diffusion2D.steps on CUDA).
 
 The kernel's groups spin on a device-wide counter, so all of them must be resident at once: :func:`max_groups`
 is one group per multiprocessor of the CUDA device (None on Vulkan, where only one group is launched: a
