@@ -21,24 +21,25 @@ from pydantic import Field, field_validator, model_validator
 
 from sopt.config.registry import union
 from sopt.config.schema import defaults
-from sopt.experiments.problem import ProblemConfig, load_config as load_problem_config
+from sopt.experiments.problem import load_config as load_problem_config
 from sopt.losses import L2Config
 from sopt.nn import FrequencyConfig, MLPConfig
-from sopt.nn.fully_fused_mlp import MAX_WIDTH
-from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
 from sopt.problems.limits import FLOAT, check_memory, refuse
+from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig
 from sopt.regular_file import file_problem
 
-MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
 IN_FEATURES, OUT_FEATURES = 2, 3   # (x, y) -> RGB
 
 
-class NeuralFieldImageConfig(ProblemConfig, problem="neural_field_image"):
+class NeuralFieldImageConfig(NeuralFieldConfig, problem="neural_field_image"):
     """Fit an RGB image with an encoding + network: pixel-centre coordinates (x, y) in (0, 1)^2 -> colour, trained
     on random batches of pixels. Sized for Mesa's software Vulkan driver: the defaults (a 64x64 image, 800 steps)
     take about 30 s there and reach about 36.7 dB on the generated image."""
+
+    in_features = IN_FEATURES
+    out_features = output_floats = OUT_FEATURES
 
     steps: int = Field(800, ge=1, le=10_000_000, description="optimiser steps")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights' initialisation and of the batches")
@@ -81,24 +82,8 @@ class NeuralFieldImageConfig(ProblemConfig, problem="neural_field_image"):
 
     @model_validator(mode="after")
     def _sizes_the_kernels_take(self) -> "NeuralFieldImageConfig":
-        errors: list[tuple[tuple[str, ...], Any, str]] = []   # (dotted key, value, message), see limits.refuse
-        enc, net = self.encoding, self.network
-        fused = net.otype == "FullyFusedMLP"
-        enc_width = self._encoding_width()
-        if enc.otype == "HashGrid":
-            entries = self._table_entries()
-            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
-            if entries > limit:
-                errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
-                               f"the table would hold {entries} floats, more than {limit}"
-                               f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
-        if fused and enc_width > MAX_WIDTH:
-            key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
-            errors.append((("encoding", key), getattr(enc, key),
-                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
-        # floats per sample in the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)
-        net_width = net.n_neurons * net.n_hidden_layers + OUT_FEATURES if fused else net.n_neurons
-        widest = max(enc_width, net_width, OUT_FEATURES)
+        errors = self._network_errors()   # (dotted key, value, message), see limits.refuse
+        widest = self._widest()
         if self.image_size ** 2 * widest > MAX_ELEMENTS:
             errors.append((("image_size",), self.image_size,
                            f"evaluating the whole image needs {self.image_size}^2 pixels x {widest} floats, more "
@@ -114,36 +99,12 @@ class NeuralFieldImageConfig(ProblemConfig, problem="neural_field_image"):
                      f"{self._parameter_count()} parameters x 6")
         return self
 
-    def _encoding_width(self) -> int:
-        """Features the encoding gives per sample."""
-        enc = self.encoding
-        if enc.otype == "Frequency":
-            return IN_FEATURES * 2 * enc.n_frequencies
-        if enc.otype == "HashGrid":
-            return enc.n_levels * enc.n_features_per_level
-        return IN_FEATURES
-
-    def _table_entries(self) -> int:
-        """Floats in the hash grid's table (0 without a HashGrid encoding)."""
-        enc = self.encoding
-        if enc.otype != "HashGrid":
-            return 0
-        levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
-                             enc.per_level_scale)
-        return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
-
     def _floats_per_sample(self) -> int:
         """Floats one pixel takes through the model: coordinates, target, encoding, every hidden layer before and
         after its activation, the output."""
         net = self.network
         return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + \
             OUT_FEATURES
-
-    def _parameter_count(self) -> int:
-        """Trainable floats: the hash table's entries (HashGrid) and the network's weights and biases."""
-        n = self.network.n_neurons
-        return self._table_entries() + (self._encoding_width() + 1) * n + (n + 1) * n * (self.network.n_hidden_layers - 1) + \
-            (n + 1) * OUT_FEATURES
 
     def memory_estimate(self) -> int:
         """Bytes this config needs: the whole image's evaluation (P = image_size^2 pixels) and a batch (B) with

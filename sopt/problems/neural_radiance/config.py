@@ -17,17 +17,15 @@ from pydantic import Field, field_validator, model_validator
 
 from sopt.config.registry import union
 from sopt.config.schema import StrictModel, defaults
-from sopt.experiments.problem import ProblemConfig, load_config as load_problem_config
+from sopt.experiments.problem import load_config as load_problem_config
 from sopt.losses import L2Config
 from sopt.nn import FullyFusedMLPConfig, HashGridConfig
-from sopt.nn.fully_fused_mlp import MAX_WIDTH
-from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
 from sopt.problems.limits import FLOAT, check_memory, refuse
+from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig
 from sopt.regular_file import name_problem
 
-MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit
 IN_FEATURES, OUT_FEATURES = 3, 4   # a point in the unit cube -> (density, R, G, B) before their activations
 EVAL_SAMPLES = 2**20       # samples per evaluation chunk (rays per chunk: this / samples_per_ray)
 BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
@@ -46,13 +44,16 @@ class OccupancyConfig(StrictModel):
                                          "times the march step exceeds this (or exceeds the grid's mean)")
 
 
-class NeuralRadianceConfig(ProblemConfig, problem="neural_radiance"):
+class NeuralRadianceConfig(NeuralFieldConfig, problem="neural_radiance"):
     """Fit a radiance field to posed images: a hash-grid network gives density and colour at points of the scene box
     [-bound, bound]^3, volume rendering along each pixel's ray (with an occupancy grid skipping empty space) gives
     the pixel, trained on random rays of the training views; PSNR and SSIM on held-out views. Without ``data`` the
     built-in scene (coloured spheres and boxes rendered exactly by ray intersection) is fitted; with ``data`` a
     NeRF-synthetic folder (transforms_train.json, transforms_test.json, PNG frames). Sized for Mesa's software
     Vulkan driver: the defaults (48 x 48 views, 1200 steps) reach about 25 dB in about 4 minutes there."""
+
+    in_features = IN_FEATURES
+    out_features = output_floats = OUT_FEATURES
 
     steps: int = Field(1200, ge=1, le=10_000_000, description="optimiser steps")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights, the cameras of the built-in scene, "
@@ -134,22 +135,10 @@ class NeuralRadianceConfig(ProblemConfig, problem="neural_radiance"):
     @model_validator(mode="after")
     def _sizes_the_kernels_take(self) -> "NeuralRadianceConfig":
         errors: list[tuple[tuple[str, ...], Any, str]] = []   # (dotted key, value, message), see limits.refuse
-        enc, net = self.encoding, self.network
-        if net.output_activation != "None":
-            errors.append((("network", "output_activation"), net.output_activation,
+        if self.network.output_activation != "None":
+            errors.append((("network", "output_activation"), self.network.output_activation,
                            "must be 'None': the renderer applies the density activation and the colour's sigmoid"))
-        enc_width = self._encoding_width()
-        if enc.otype == "HashGrid":
-            entries = self._table_entries()
-            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
-            if entries > limit:
-                errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
-                               f"the table would hold {entries} floats, more than {limit}"
-                               f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
-        if net.otype == "FullyFusedMLP" and enc_width > MAX_WIDTH:
-            key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
-            errors.append((("encoding", key), getattr(enc, key),
-                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
+        errors += self._network_errors()
         widest = self._widest()
         samples = self.rays_per_batch * self.samples_per_ray
         if samples * widest > MAX_ELEMENTS:
@@ -171,39 +160,11 @@ class NeuralRadianceConfig(ProblemConfig, problem="neural_radiance"):
                      f"{self._parameter_count()} parameters x 6")
         return self
 
-    def _encoding_width(self) -> int:
-        enc = self.encoding
-        if enc.otype == "Frequency":
-            return IN_FEATURES * 2 * enc.n_frequencies
-        if enc.otype == "HashGrid":
-            return enc.n_levels * enc.n_features_per_level
-        return IN_FEATURES
-
-    def _table_entries(self) -> int:
-        enc = self.encoding
-        if enc.otype != "HashGrid":
-            return 0
-        levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
-                             enc.per_level_scale)
-        return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
-
-    def _widest(self) -> int:
-        """Floats per sample of the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)."""
-        net = self.network
-        fused = net.otype == "FullyFusedMLP"
-        return max(self._encoding_width(), net.n_neurons * net.n_hidden_layers + OUT_FEATURES if fused
-                   else net.n_neurons, OUT_FEATURES)
-
     def _floats_per_sample(self) -> int:
         """Floats one sample takes through a step: point, delta, depth, encoding, every hidden layer before and after
         its activation, the raw output and its gradient."""
         net = self.network
         return IN_FEATURES + 2 + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + 2 * OUT_FEATURES
-
-    def _parameter_count(self) -> int:
-        n, layers = self.network.n_neurons, self.network.n_hidden_layers
-        return self._table_entries() + (self._encoding_width() + 1) * n + (n + 1) * n * max(layers - 1, 0) + \
-            (n + 1) * OUT_FEATURES
 
     def memory_estimate(self) -> int:
         """Bytes this config needs: the views (V = train_views + test_views of P = image_size^2 pixels) on the host in

@@ -17,25 +17,26 @@ from pydantic import Field, field_validator, model_validator
 
 from sopt.config.registry import union
 from sopt.config.schema import defaults
-from sopt.experiments.problem import ProblemConfig, load_config as load_problem_config
+from sopt.experiments.problem import load_config as load_problem_config
 from sopt.losses import L1Config
 from sopt.nn import FullyFusedMLPConfig, HashGridConfig
-from sopt.nn.fully_fused_mlp import MAX_WIDTH
-from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
 from sopt.problems.limits import FLOAT, check_memory, refuse
+from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig
 from sopt.regular_file import file_problem
 
-MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
 MAX_POINTS = 64 * 65535    # one dispatch of the truth and sampling kernels
 IN_FEATURES, OUT_FEATURES = 3, 1   # (x, y, z) -> signed distance
 
 
-class NeuralSDFConfig(ProblemConfig, problem="neural_sdf"):
+class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
     """Fit the signed distance of a triangle mesh (scaled into the unit box) with a hash-grid network, trained on
     points drawn uniformly in the box, on the surface and near it, whose exact signed distance the GPU computes.
     Sized for Mesa's software Vulkan driver: the defaults take about a minute there (see the README)."""
+
+    in_features, out_features = IN_FEATURES, OUT_FEATURES
+    output_floats = 4   # the output counted padded to 4 floats
 
     steps: int = Field(300, ge=1, le=10_000_000, description="optimiser steps")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the weights' initialisation, the points and the "
@@ -105,19 +106,7 @@ class NeuralSDFConfig(ProblemConfig, problem="neural_sdf"):
             errors.append((("surface_fraction",), self.surface_fraction,
                            f"uniform_fraction + surface_fraction = {self.uniform_fraction + self.surface_fraction:g} "
                            "exceeds 1 (the rest of the pool is near the surface)"))
-        enc, net = self.encoding, self.network
-        enc_width = self._encoding_width()
-        if enc.otype == "HashGrid":
-            entries = self._table_entries()
-            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
-            if entries > limit:
-                errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
-                               f"the table would hold {entries} floats, more than {limit}"
-                               f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
-        if net.otype == "FullyFusedMLP" and enc_width > MAX_WIDTH:
-            key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
-            errors.append((("encoding", key), getattr(enc, key),
-                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
+        errors += self._network_errors()
         widest = self._widest()
         for key, rows in (("batch_size", self.batch_size), ("eval_resolution", self.eval_resolution ** 3),
                           ("image_size", 6 * self.image_size ** 2)):
@@ -136,42 +125,12 @@ class NeuralSDFConfig(ProblemConfig, problem="neural_sdf"):
                      f"{self._parameter_count()} parameters x 6")
         return self
 
-    def _encoding_width(self) -> int:
-        """Features the encoding gives per point."""
-        enc = self.encoding
-        if enc.otype == "Frequency":
-            return IN_FEATURES * 2 * enc.n_frequencies
-        if enc.otype == "HashGrid":
-            return enc.n_levels * enc.n_features_per_level
-        return IN_FEATURES
-
-    def _widest(self) -> int:
-        """Floats per point in the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)."""
-        net = self.network
-        fused = net.otype == "FullyFusedMLP"
-        net_width = net.n_neurons * net.n_hidden_layers + 4 if fused else net.n_neurons
-        return max(self._encoding_width(), net_width, 4)
-
-    def _table_entries(self) -> int:
-        """Floats in the hash grid's table (0 without a HashGrid encoding)."""
-        enc = self.encoding
-        if enc.otype != "HashGrid":
-            return 0
-        levels = grid_levels(IN_FEATURES, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
-                             enc.per_level_scale)
-        return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
-
     def _floats_per_sample(self) -> int:
         """Floats one point takes through the model: coordinates, target, encoding, every hidden layer before and
         after its activation, the (padded) output."""
         net = self.network
-        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + 4
-
-    def _parameter_count(self) -> int:
-        """Trainable floats: the hash table's entries (HashGrid) and the network's weights and biases."""
-        n = self.network.n_neurons
-        return self._table_entries() + (self._encoding_width() + 1) * n + \
-            (n + 1) * n * (self.network.n_hidden_layers - 1) + (n + 1) * OUT_FEATURES
+        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + \
+            self.output_floats
 
     def memory_estimate(self) -> int:
         """Bytes this config needs: the pool (P points, 5 floats each), the evaluation grid (E = eval_resolution^3)

@@ -1,0 +1,83 @@
+"""What the neural-field problems' configs (neural_field_image, neural_sdf, neural_radiance) share: the sizes an
+``encoding`` + ``network`` pair implies and the checks of them only the two sections together decide.
+
+A problem's schema subclasses :class:`NeuralFieldConfig` instead of ``ProblemConfig`` and states its network's
+widths as class constants; its own fields (``encoding``, ``network`` and ``deterministic`` among them, with the
+problem's defaults) stay in its own class, so ``sopt config`` lists them in the problem's order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sopt.experiments.problem import ProblemConfig
+from sopt.nn.fully_fused_mlp import MAX_WIDTH
+from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
+
+MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
+
+
+class NeuralFieldConfig(ProblemConfig):
+    """A problem config with ``encoding`` (Frequency, HashGrid, Identity), ``network`` (MLP, FullyFusedMLP) and
+    ``deterministic`` fields, for a network from ``in_features`` coordinates to ``out_features`` values."""
+
+    in_features: ClassVar[int]      # coordinates per sample (the encoding's input)
+    out_features: ClassVar[int]     # the network's outputs per sample
+    output_floats: ClassVar[int]    # floats per sample the output tensor takes (out_features, or padded to 4)
+    if TYPE_CHECKING:   # the subclass's fields (declared there, so they keep the problem's order and defaults)
+        encoding: Any
+        network: Any
+        deterministic: bool
+
+    def _encoding_width(self) -> int:
+        """Features the encoding gives per sample: 2 F in_features (Frequency), levels x features (HashGrid), or
+        in_features (Identity)."""
+        enc = self.encoding
+        if enc.otype == "Frequency":
+            return self.in_features * 2 * enc.n_frequencies
+        if enc.otype == "HashGrid":
+            return enc.n_levels * enc.n_features_per_level
+        return self.in_features
+
+    def _table_entries(self) -> int:
+        """Floats in the hash grid's table (0 without a HashGrid encoding)."""
+        enc = self.encoding
+        if enc.otype != "HashGrid":
+            return 0
+        levels = grid_levels(self.in_features, enc.n_levels, enc.log2_hashmap_size, enc.base_resolution,
+                             enc.per_level_scale)
+        return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
+
+    def _widest(self) -> int:
+        """Floats per sample of the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)."""
+        net = self.network
+        net_width = net.n_neurons * net.n_hidden_layers + self.output_floats if net.otype == "FullyFusedMLP" \
+            else net.n_neurons
+        return max(self._encoding_width(), net_width, self.output_floats)
+
+    def _parameter_count(self) -> int:
+        """Trainable floats: the hash table's entries (HashGrid) and the network's weights and biases, layers of
+        widths encoding -> n_neurons (n_hidden_layers times) -> out_features: sum of (in + 1) x out."""
+        net = self.network
+        widths = [self._encoding_width()] + [net.n_neurons] * net.n_hidden_layers + [self.out_features]
+        return self._table_entries() + sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+
+    def _network_errors(self) -> list[tuple[tuple[str, ...], Any, str]]:
+        """The (dotted key, value, message) errors of :func:`sopt.problems.limits.refuse` for the encoding and
+        network together: a hash table larger than 32-bit indices (or, deterministic, the fixed-point sums) hold,
+        an encoding wider than FullyFusedMLP takes."""
+        errors: list[tuple[tuple[str, ...], Any, str]] = []
+        enc, net = self.encoding, self.network
+        if enc.otype == "HashGrid":
+            entries = self._table_entries()
+            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
+            if entries > limit:
+                errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
+                               f"the table would hold {entries} floats, more than {limit}"
+                               f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
+        enc_width = self._encoding_width()
+        if net.otype == "FullyFusedMLP" and enc_width > MAX_WIDTH:
+            key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
+            errors.append((("encoding", key), getattr(enc, key),
+                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
+        return errors
