@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import Field
+
 from sopt.experiments.problem import ProblemConfig
 from sopt.nn.fully_fused_mlp import MAX_WIDTH
 from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
+
+
+def deterministic_field() -> Any:
+    """The ``deterministic`` key every neural-field problem has (declared in each, at its place in the schema)."""
+    return Field(False, description="bit-identical runs: the layers' and the hash grid's gradient sums in a fixed "
+                                    "order (slower)")
 
 
 class NeuralFieldConfig(ProblemConfig):

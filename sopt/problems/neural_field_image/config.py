@@ -27,7 +27,7 @@ from sopt.nn import FrequencyConfig, MLPConfig
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
 from sopt.problems.limits import FLOAT, check_memory, refuse
-from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig
+from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig, deterministic_field
 from sopt.regular_file import file_problem
 
 IN_FEATURES, OUT_FEATURES = 2, 3   # (x, y) -> RGB
@@ -68,8 +68,7 @@ class NeuralFieldImageConfig(NeuralFieldConfig, problem="neural_field_image"):
                                                                 "at the last step)")
     target_psnr: float | None = Field(None, gt=0.0, le=300.0, description="stop once the PSNR reaches this (dB; "
                                                                           "None: run every step)")
-    deterministic: bool = Field(False, description="bit-identical runs: the layers' and the hash grid's gradient "
-                                                   "sums in a fixed order (slower)")
+    deterministic: bool = deterministic_field()
 
     @field_validator("image")
     @classmethod

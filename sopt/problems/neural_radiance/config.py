@@ -23,7 +23,7 @@ from sopt.nn import FullyFusedMLPConfig, HashGridConfig
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
 from sopt.problems.limits import FLOAT, check_memory, refuse
-from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig
+from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig, deterministic_field
 from sopt.regular_file import name_problem
 
 IN_FEATURES, OUT_FEATURES = 3, 4   # a point in the unit cube -> (density, R, G, B) before their activations
@@ -99,8 +99,7 @@ class NeuralRadianceConfig(NeuralFieldConfig, problem="neural_radiance"):
         description="learning-rate schedule over the steps")
     target_psnr: float | None = Field(None, gt=0.0, le=300.0, description="stop once the held-out PSNR reaches "
                                                                           "this (dB; None: run every step)")
-    deterministic: bool = Field(False, description="bit-identical runs: the layers' and the hash grid's gradient "
-                                                   "sums in a fixed order (slower)")
+    deterministic: bool = deterministic_field()
 
     @field_validator("data")
     @classmethod

@@ -23,7 +23,7 @@ from sopt.nn import FullyFusedMLPConfig, HashGridConfig
 from sopt.optim import AdamConfig
 from sopt.optim.lr_scheduler import WarmupCosineConfig
 from sopt.problems.limits import FLOAT, check_memory, refuse
-from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig
+from sopt.problems.neural_field_config import MAX_ELEMENTS, NeuralFieldConfig, deterministic_field
 from sopt.regular_file import file_problem
 
 MAX_POINTS = 64 * 65535    # one dispatch of the truth and sampling kernels
@@ -83,8 +83,7 @@ class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
                                                              "(pixels)")
     target_iou: float | None = Field(None, gt=0.0, le=1.0, description="stop once the IoU reaches this (None: run "
                                                                        "every step)")
-    deterministic: bool = Field(False, description="bit-identical runs: the layers' and the hash grid's gradient "
-                                                   "sums in a fixed order (slower)")
+    deterministic: bool = deterministic_field()
 
     @field_validator("mesh")
     @classmethod
