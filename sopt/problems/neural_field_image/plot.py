@@ -11,12 +11,14 @@ import numpy as np
 from sopt import atomic_write
 from sopt.data import psnr
 from sopt.experiments.report_plots import new_figure
+from sopt.problems.training_curves import plot_training_curves
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 FIGSIZE, DPI = (8.4, 3.0), 100   # 840 x 300 pixels
 COMPARISON_FILE = "comparison.png"
+CURVES_PANELS = (("loss", "training loss (batch)", True), ("psnr", "PSNR of the whole image (dB)", False))
 COMPARISON_FIGSIZE = (10.5, 3.6)  # 1050 x 360 pixels: three square panels and the error map's colour bar
 
 
@@ -53,31 +55,7 @@ def plot_comparison(path: str | os.PathLike[str], truth: np.ndarray, prediction:
     return fig
 
 
-def _series(history: Sequence[dict[str, Any]], key: str, positive: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of the finite (and, for a log axis, positive) values of ``key`` in ``history``."""
-    rows = [(m["step"], float(m[key])) for m in history if isinstance(m.get(key), (int, float))]
-    steps = np.array([s for s, _ in rows], np.float64)
-    values = np.array([v for _, v in rows], np.float64)
-    keep = np.isfinite(values) & (values > 0 if positive else True)
-    return steps[keep], values[keep]
-
-
-def plot_curves(history: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
+def plot_curves(history: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> "Figure":
     """Write ``path`` (PNG, 840 x 300): the loss (log scale) and the PSNR (dB) of ``history`` (the Trainer's
-    metrics records: ``step``, ``loss``, ``psnr``) side by side; a panel without data says so."""
-    fig = new_figure(FIGSIZE, layout=None, dpi=DPI)
-    panels = (("loss", "training loss (batch)", True), ("psnr", "PSNR of the whole image (dB)", False))
-    for i, (key, title, log) in enumerate(panels):
-        ax = fig.add_subplot(1, 2, i + 1)
-        steps, values = _series(history, key, log)
-        if steps.size:
-            ax.plot(steps, values, lw=1.5, marker="o" if steps.size == 1 else None)
-            if log:
-                ax.set_yscale("log")
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    atomic_write.write_figure(path, fig, format="png", dpi=DPI)
+    metrics records: ``step``, ``loss``, ``psnr``) side by side; a panel without data says so. Returns the figure."""
+    return plot_training_curves(path, history, CURVES_PANELS, FIGSIZE)

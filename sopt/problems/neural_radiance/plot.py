@@ -11,6 +11,7 @@ import numpy as np
 from sopt import atomic_write
 from sopt.data import psnr
 from sopt.experiments.report_plots import new_figure
+from sopt.problems.training_curves import plot_training_curves, training_curves_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
 DPI = 100
 VIEWS_FILE, CURVES_FILE = "views.png", "curves.png"
 MAX_ROWS = 4   # held-out views shown
+CURVES_FIGSIZE = (12.0, 3.0)   # 1200 x 300 pixels
+CURVES_PANELS = (("loss", "training loss (batch of rays)", True), ("psnr", "held-out PSNR (dB)", False),
+                 ("ssim", "held-out SSIM", False))
 
 
 def depth_map(depth: np.ndarray, opacity: np.ndarray) -> np.ndarray:
@@ -63,38 +67,12 @@ def plot_views(path: str | os.PathLike[str], truth: Sequence[np.ndarray], predic
     return fig
 
 
-def _series(history: Sequence[dict[str, Any]], key: str, positive: bool) -> tuple[np.ndarray, np.ndarray]:
-    rows = [(m["step"], float(m[key])) for m in history if isinstance(m.get(key), (int, float))]
-    steps = np.array([s for s, _ in rows], np.float64)
-    values = np.array([v for _, v in rows], np.float64)
-    keep = np.isfinite(values) & (values > 0 if positive else True)
-    return steps[keep], values[keep]
-
-
 def curves_figure(history: Sequence[dict[str, Any]]) -> "Figure":
     """The loss (log scale), the held-out PSNR (dB) and SSIM of ``history`` (the Trainer's metrics records) side
-    by side; a panel without data says so."""
-    fig = new_figure((12.0, 3.0), layout=None, dpi=DPI)
-    panels = (("loss", "training loss (batch of rays)", True), ("psnr", "held-out PSNR (dB)", False),
-              ("ssim", "held-out SSIM", False))
-    for i, (key, title, log) in enumerate(panels):
-        ax = fig.add_subplot(1, 3, i + 1)
-        steps, values = _series(history, key, log)
-        if steps.size:
-            ax.plot(steps, values, lw=1.5, marker="o" if steps.size < 20 else None, label=key)
-            if log:
-                ax.set_yscale("log")
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    return fig
+    by side; a panel without data says so (markers on a curve of fewer than 20 points)."""
+    return training_curves_figure(history, CURVES_PANELS, CURVES_FIGSIZE, markers_below=20)
 
 
 def plot_curves(history: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> "Figure":
     """Write :func:`curves_figure` to ``path`` (PNG, 1200 x 300); returns the figure."""
-    fig = curves_figure(history)
-    atomic_write.write_figure(path, fig, format="png", dpi=DPI)
-    return fig
+    return plot_training_curves(path, history, CURVES_PANELS, CURVES_FIGSIZE, markers_below=20)
