@@ -82,34 +82,25 @@ class _UsageError(Exception):
     """A usage, space or config-file error: one line, exit status 2."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return value
+def _number_within(parse: Callable[[str], Any], what: str, within: Callable[[Any], bool],
+                   allowed: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``parse(text)``, refused (ArgumentTypeError) when it is not ``what`` or outside
+    ``within``, saying what is ``allowed``."""
+    def check(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not within(value):
+            raise argparse.ArgumentTypeError(f"{value}: must be {allowed}")
+        return value
+    return check
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"{value}: must be in [0, 2^32)")
-    return value
-
-
-def _gpu_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"{value}: must be in [0, 64] (fractions like 0.5 share a GPU)")
-    return value
+_positive_int = _number_within(int, "an integer", lambda v: v >= 1, "at least 1")
+_seed = _number_within(int, "an integer", lambda v: 0 <= v < 2**32, "in [0, 2^32)")
+_gpu_fraction = _number_within(float, "a number", lambda v: 0 <= v <= 64,
+                               "in [0, 64] (fractions like 0.5 share a GPU)")
 
 
 def _gpu_list(text: str) -> list[str]:
