@@ -131,6 +131,8 @@ def cmd_run(argv: list[str]) -> int:
         cls, config = load_run_config(config_path, args.problem, words)
         if args.out is not None:   # checked before the problem is built (minutes of data making for nothing)
             rd.check_out_dir(args.out)
+        else:
+            rd.check_root_dir(args.root)
         nproc = rank.world_size if rank is not None else args.nproc
         if nproc > 1:
             from sopt.distributed.splittable import check_splittable

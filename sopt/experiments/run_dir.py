@@ -89,6 +89,19 @@ def check_out_dir(out: str | os.PathLike[str]) -> pathlib.Path:
     return path
 
 
+def check_root_dir(root: str | os.PathLike[str]) -> pathlib.Path:
+    """``root`` as a path if run folders can be made below it, without creating anything; RunDirError when it, or
+    a folder above it, is a file, or where it would be made takes no new files. Checked before the device opens
+    and kernels load, so such a mistake is one line and nothing else."""
+    text = os.fspath(root)
+    path = pathlib.Path(text)
+    for folder in (path, *path.parents):
+        if folder.exists() and not folder.is_dir():
+            raise RunDirError(f"--root {text!r}: cannot create the run folder under it: {str(folder)!r} is a file")
+    check_writable(next(p for p in (path, *path.parents) if p.exists()), f"--root {text!r}")
+    return path
+
+
 def check_writable(folder: pathlib.Path, what: str, files: tuple[str, ...] = ()) -> None:
     """RunDirError unless this process can create and replace files in ``folder`` and write each of ``files`` in
     it that exists (those appended in place): a read-only folder or file system is found before any GPU work,
