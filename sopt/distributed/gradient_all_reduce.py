@@ -11,8 +11,8 @@ takes the same optimiser step on the same gradient, so the parameters stay ident
 
 Two paths, by device:
 
-- **CUDA** (NCCL): the device shares torch's CUDA context (:mod:`sopt.device`), so SlangPy's zero-copy
-  ``Buffer.to_torch()`` view of the gradient block goes straight to ``torch.distributed.all_reduce`` (AVG). sopt
+- **CUDA** (NCCL): the device shares torch's CUDA context (:mod:`sopt.device`), so a zero-copy torch view
+  of the gradient block (through ``__cuda_array_interface__``: see ``_cuda_view``) goes straight to ``torch.distributed.all_reduce`` (AVG). sopt
   submits on torch's current stream and NCCL waits for that stream, so the step's commands so far (forward,
   backward) are submitted, the all-reduce is queued behind them, and the optimiser step's commands, submitted
   next on the same stream, run after it: the host never waits for the GPU.
