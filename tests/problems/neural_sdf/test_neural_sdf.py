@@ -9,13 +9,14 @@ import pathlib
 
 import numpy as np
 import pytest
-import trimesh
 from PIL import Image
 
 from sopt.config.schema import ConfigError
 from sopt.problems.neural_sdf import NeuralSDF, load_config
 from sopt.problems.neural_sdf.mesh import read_mesh, to_unit_box
 from tests.problems.runs import assert_bad_config_refused, run_problem
+
+trimesh = pytest.importorskip("trimesh", reason="the mesh extra (pip install 'sopt[mesh]') reads meshes")
 
 SMALL = {"steps": 80, "log_every": 40, "pool_size": 1 << 14, "batch_size": 2048, "eval_resolution": 24,
          "chamfer_points": 2000, "image_size": 24}

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import slangpy as spy
-import trimesh
 
 from sopt import device as dev
 from sopt.problems.neural_sdf.metrics import SurfaceSample, grid_points, iou, marching_cubes, surface_agreement
 from sopt.problems.neural_sdf.render import SphereTracer
+
+trimesh = pytest.importorskip("trimesh", reason="the mesh extra (pip install 'sopt[mesh]') reads meshes")
 
 CENTRE, RADIUS = np.array([0.5, 0.45, 0.55]), 0.3
 
