@@ -32,7 +32,7 @@ from __future__ import annotations
 import pathlib
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import slangpy as spy
@@ -81,27 +81,24 @@ class Source:
 
     def module(self) -> spy.Module:
         """The SlangPy module of this file on the current device (parsed and checked on the first call)."""
-        device = dev.get_device()
-        key = (id(device), self.key)
-        module = _modules.get(key)
-        if module is None:
-            with _lock:
-                module = _modules.get(key)
-                if module is None:
-                    module = _modules[key] = spy.Module.load_from_file(device, str(self.file()))
-        return module
+        return self._loaded(_modules, lambda device, file: spy.Module.load_from_file(device, file))
 
     def slang_module(self) -> spy.SlangModule:
         """The compiler module of this file on the current device (its compute entry points are linked from it)."""
+        return self._loaded(_slang_modules, lambda device, file: device.load_module(file))
+
+    def _loaded(self, cache: dict, load: Callable[[spy.Device, str], Any]) -> Any:
+        """``load(device, file)`` once per device, kept in ``cache`` (double-checked under the session lock:
+        the prefetch thread and a launch may ask at once)."""
         device = dev.get_device()
         key = (id(device), self.key)
-        module = _slang_modules.get(key)
-        if module is None:
+        loaded = cache.get(key)
+        if loaded is None:
             with _lock:
-                module = _slang_modules.get(key)
-                if module is None:
-                    module = _slang_modules[key] = device.load_module(str(self.file()))
-        return module
+                loaded = cache.get(key)
+                if loaded is None:
+                    loaded = cache[key] = load(device, str(self.file()))
+        return loaded
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Source) and other.key == self.key
