@@ -56,7 +56,10 @@ def test_objective_trainer_resumes_to_the_same_result(tmp_path) -> None:
     resumed = _trainer(k3, observed)
     assert resumed.restore(path)["step"] == 6
     resumed.fit(12)
-    np.testing.assert_array_equal(k3.numpy(), k1.numpy())
+    # the shared stiffness's gradient is summed per wave and added atomically (sim/wave_reduce.slang), in an
+    # order a multithreaded driver varies between runs: the last bits may differ (seen once in a full suite on
+    # lavapipe: 83.37863 vs 83.37864), so resume is compared to float32 rounding, not bit for bit
+    np.testing.assert_allclose(k3.numpy(), k1.numpy(), rtol=1e-6)
 
 
 def test_a_rollout_that_blows_up_stops_with_the_non_finite_message() -> None:
