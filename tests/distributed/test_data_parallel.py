@@ -13,8 +13,6 @@ equal.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import pathlib
@@ -28,7 +26,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="data-parallel training needs torch (pip install 'sopt[distributed]')")
 
 import sopt  # noqa: E402
-from sopt.experiments.cli import main  # noqa: E402
+from tests.experiments.test_cli import sopt_main  # noqa: E402  (sopt ARGV in this process)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TIMING = ("time_s", "steps_per_s")
@@ -53,17 +51,6 @@ def sopt_process(argv: list[str], device: str, **env: str) -> subprocess.Complet
     full = {**os.environ, "PYTHONPATH": str(ROOT), "SOPT_DEVICE": device, **env}
     return subprocess.run([sys.executable, "-m", "sopt", *argv], cwd=ROOT, env=full, capture_output=True,
                           text=True, timeout=600)
-
-
-def sopt_here(argv: list[str]) -> tuple[int, str, str]:
-    """``sopt ARGV`` in this process (its device): (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def parameters(run_dir: pathlib.Path) -> dict[str, np.ndarray]:
@@ -93,7 +80,7 @@ def _one_process(tmp: pathlib.Path, device: str, overrides: list[str], name: str
     if sopt.device_kind() != device:
         pytest.skip(f"the one-process reference runs in this process, on {sopt.device_kind()}")
     out = tmp / name
-    code, _, err = sopt_here(["run", "--problem", "neural_field_image", *overrides, "--out", str(out),
+    code, _, err = sopt_main(["run", "--problem", "neural_field_image", *overrides, "--out", str(out),
                               "--no-progress"])
     assert code == 0, err[-3000:]
     return out
@@ -172,15 +159,15 @@ def test_a_failing_rank_stops_the_run_with_its_one_line_error(device, tmp_path) 
 
 
 def test_configs_that_cannot_be_split_are_refused_before_anything_starts(tmp_path) -> None:
-    code, out, err = sopt_here(["run", "--problem", "neural_field_image", "batch_size=1001", "--root",
+    code, out, err = sopt_main(["run", "--problem", "neural_field_image", "batch_size=1001", "--root",
                                 str(tmp_path), "--nproc", "2"])
     assert (code, out) == (2, "")
     assert err.splitlines() == ["error: batch_size=1001 does not split evenly over 2 processes: give a multiple of "
                                 "2 (e.g. 1000 or 1002); batch_size is the global batch, each process draws "
                                 "batch_size / 2 of it"]
-    code, out, err = sopt_here(["run", "--problem", "fit_projectile", "--root", str(tmp_path), "--nproc", "2"])
+    code, out, err = sopt_main(["run", "--problem", "fit_projectile", "--root", str(tmp_path), "--nproc", "2"])
     assert (code, out) == (2, "")
     assert err.startswith("error: problem 'fit_projectile' cannot be trained on 2 processes")
-    code, _, err = sopt_here(["run", "--problem", "neural_field_image", "--nproc", "0"])
+    code, _, err = sopt_main(["run", "--problem", "neural_field_image", "--nproc", "0"])
     assert code == 2 and "--nproc 0 is out of range" in err
     assert list(tmp_path.iterdir()) == []
