@@ -64,12 +64,16 @@ class RadianceField:
             np.zeros(pixels, np.float32)
         tape = self._eval_tape
         for first in range(0, pixels, chunk):
-            count = min(chunk, pixels - first)
+            # every chunk full-sized, the last one moved back to end at the last pixel (it renders some pixels
+            # twice): one shape, so the tape's pool reuses its arrays for every chunk and view instead of
+            # reallocating GiBs per view (which ran an H100 out of memory after a few evaluations)
+            start = min(first, pixels - chunk)
             with tape:
                 self.occupancy.ensure_mean(tape)
-                out = self.render_rays(cameras.rays(image, first, count), step, jitter=False)
+                out = self.render_rays(cameras.rays(image, start, chunk), step, jitter=False)
             tape.submit()
-            rgb[first:first + count] = out[0].to_numpy().reshape(count, 3)
-            depth[first:first + count] = out[1].to_numpy().reshape(count)
-            opacity[first:first + count] = out[2].to_numpy().reshape(count)
+            keep = slice(first - start, chunk)
+            rgb[first:start + chunk] = out[0].to_numpy().reshape(chunk, 3)[keep]
+            depth[first:start + chunk] = out[1].to_numpy().reshape(chunk)[keep]
+            opacity[first:start + chunk] = out[2].to_numpy().reshape(chunk)[keep]
         return np.clip(rgb, 0.0, 1.0).reshape(h, w, 3), depth.reshape(h, w), opacity.reshape(h, w)

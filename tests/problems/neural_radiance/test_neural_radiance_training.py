@@ -25,3 +25,24 @@ def test_a_short_run_learns_the_scene(tmp_path: pathlib.Path):
     assert summary["status"] == "finished" and summary["metrics"]["psnr"] > 17.0, summary
     for name in ("views.png", "curves.png", "test_000.png", "test_001.png", "checkpoint.npz"):
         assert (out / name).is_file(), name
+
+
+def test_held_out_views_render_in_fixed_size_chunks(monkeypatch):
+    """A view rendered in chunks that do not divide its pixels equals the view rendered in one chunk, and a second
+    view reuses the first one's arrays (every chunk has one shape: no reallocation per view, which ran an H100 out of
+    memory after five evaluations of the GPU config)."""
+    import numpy as np
+
+    from sopt.problems.neural_radiance import config as nerf_config
+    from sopt.problems.neural_radiance.config import NeuralRadianceConfig
+    from sopt.problems.neural_radiance.problem import NeuralRadiance
+
+    config = NeuralRadianceConfig(image_size=16, train_views=2, test_views=2, samples_per_ray=16)
+    problem = NeuralRadiance(config)
+    whole = problem.field.render_view(problem.test_rays, 0, 0)[0]     # 256 pixels, one chunk
+    monkeypatch.setattr(nerf_config, "EVAL_SAMPLES", 100 * 16)          # chunks of 100 rays: [0, 100), [100, 200), [156, 256)
+    chunked = problem.field.render_view(problem.test_rays, 0, 0)[0]
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-6)
+    arrays = [id(t) for _, _, t in problem.field._eval_tape._pool._arrays]
+    problem.field.render_view(problem.test_rays, 1, 0)
+    assert [id(t) for _, _, t in problem.field._eval_tape._pool._arrays] == arrays
