@@ -12,7 +12,7 @@ takes the same optimiser step on the same gradient, so the parameters stay ident
 Two paths, by device:
 
 - **CUDA** (NCCL): the device shares torch's CUDA context (:mod:`sopt.device`), so a zero-copy torch view
-  of the gradient block (through ``__cuda_array_interface__``: see ``_cuda_view``) goes straight to ``torch.distributed.all_reduce`` (AVG). sopt
+  of the gradient block (through ``sopt.cuda_array.buffer_view``, on the GPU that holds it) goes straight to ``torch.distributed.all_reduce`` (AVG). sopt
   submits on torch's current stream and NCCL waits for that stream, so the step's commands so far (forward,
   backward) are submitted, the all-reduce is queued behind them, and the optimiser step's commands, submitted
   next on the same stream, run after it: the host never waits for the GPU.
@@ -39,6 +39,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
+from sopt.cuda_array import buffer_view
 
 
 class GradientAllReduce:
@@ -77,23 +78,8 @@ class GradientAllReduce:
         """The torch tensor viewing the gradient block (zero-copy), made again when the arena moved buffers."""
         buffer = arena.buffer
         if self._view is None or self._view[0] is not buffer:
-            self._view = (buffer, self._cuda_view(buffer, arena.n_elements))
+            self._view = (buffer, buffer_view(buffer, (arena.n_elements,)))
         return self._view[1]
-
-    def _cuda_view(self, buffer: spy.Buffer, n: int) -> Any:
-        """n float32 at the start of ``buffer`` as a torch tensor on the GPU that holds them. Not
-        ``Buffer.to_torch()``: its tensor says cuda:0 whatever the GPU (measured on 2 H100s: rank 1's NCCL call then
-        refuses it), while torch reads the device of a ``__cuda_array_interface__`` pointer from the driver."""
-        torch = self._torch
-
-        class _Array:   # the interface torch.as_tensor reads (CUDA Array Interface v3)
-            __cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (int(buffer.device_address), False),
-                                        "version": 3, "strides": None}
-
-        view = torch.as_tensor(_Array(), device=torch.device("cuda", torch.cuda.current_device()))
-        if view.data_ptr() != int(buffer.device_address):
-            raise RuntimeError("data-parallel training: torch copied the gradient buffer instead of viewing it")
-        return view
 
     def _reduce_on_gpu(self, grads: Any) -> None:
         torch, dist = self._torch, self._dist

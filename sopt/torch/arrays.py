@@ -1,7 +1,7 @@
 """Copies between torch tensors and sopt's float32 arrays (``slangpy.Tensor``), by placement mode.
 
 On a shared CUDA context a sopt array is read and written through its zero-copy torch view
-(``Tensor.to_torch()``), with torch's device-to-device copies on torch's current stream; on Vulkan through host
+(:func:`sopt.cuda_array.tensor_view`), with torch's device-to-device copies on torch's current stream; on Vulkan through host
 memory (numpy). Every function takes arrays already checked by :func:`sopt.torch.placement.check_tensor`.
 """
 
@@ -12,6 +12,7 @@ import slangpy as spy
 import torch
 
 from sopt import tape as tp
+from sopt.cuda_array import tensor_view
 from sopt.torch import placement
 
 _MAX_VIEWS = 4096
@@ -26,7 +27,7 @@ def torch_view(t: spy.Tensor) -> torch.Tensor:
         return entry[1]
     if len(_views) >= _MAX_VIEWS:
         _views.clear()
-    view = t.to_torch()
+    view = tensor_view(t)
     _views[id(t)] = (t, view)
     return view
 
