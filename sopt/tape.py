@@ -548,14 +548,14 @@ def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:
 
 def fill(encoder: spy.CommandEncoder, t: spy.Tensor, value: float) -> None:
     """Record ``t = value`` (every element; contiguous float32) into ``encoder``: one dispatch."""
-    launch(_FILL, encoder, spy.grid((_numel(t),)), value, flat(t))
+    launch(_FILL, encoder, i=spy.grid((_numel(t),)), value=value, dst=flat(t))
 
 
 def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
     """Record ``dst += src`` (same element count, contiguous float32) into ``encoder``: one dispatch."""
     if _numel(src) != _numel(dst):
         raise ValueError(f"add_into: {_numel(src)} elements into {_numel(dst)}")
-    launch(_ADD, encoder, spy.grid((_numel(dst),)), flat(src), flat(dst))
+    launch(_ADD, encoder, i=spy.grid((_numel(dst),)), src=flat(src), dst=flat(dst))
 
 
 def copy_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:

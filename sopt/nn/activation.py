@@ -50,7 +50,7 @@ class Activation(Module):
         n, f = x.shape
         y = self._buffers.get("y", n, f, grads=True)
         launch(self._forward_fn, encoder,
-               spy.grid((n, f)), batch_in(x, False), spy.float2(*self.slang_params), y)
+               t=spy.grid((n, f)), x=batch_in(x, False), p=spy.float2(*self.slang_params), y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -61,7 +61,7 @@ class Activation(Module):
         if not has_grad(x):
             return
         launch(self._backprop_fn, encoder,
-               spy.grid((n, f)), batch_in(x, True), spy.float2(*self.slang_params), batch_grad(y))
+               t=spy.grid((n, f)), x=batch_in(x, True), p=spy.float2(*self.slang_params), y=batch_grad(y))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -66,7 +66,7 @@ class FrequencyEncoding(Module):
         x = as_batch(x, self.in_features, "FrequencyEncoding")
         n = x.shape[0]
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), y)
+        launch(self._forward_fn, encoder, n=spy.grid((n,)), x=batch_in(x, False), y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -74,7 +74,7 @@ class FrequencyEncoding(Module):
         n = x.shape[0]
         check_output(y, n, self.out_features, "FrequencyEncoding")
         if has_grad(x):
-            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, True), batch_grad(y))
+            launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, True), y=batch_grad(y))
 
     def __repr__(self) -> str:
         return f"FrequencyEncoding(in_dims={self.in_dims}, n_freqs={self.n_freqs})"

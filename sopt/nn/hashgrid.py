@@ -183,7 +183,7 @@ class HashGridEncoding(Module):
         x = as_batch(x, self.in_features, "HashGridEncoding")
         n = x.shape[0]
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), self._grid(False), y)
+        launch(self._forward_fn, encoder, n=spy.grid((n,)), x=batch_in(x, False), g=self._grid(False), y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -192,15 +192,16 @@ class HashGridEncoding(Module):
         check_output(y, n, self.out_features, "HashGridEncoding")
         want_dx = has_grad(x)
         if not self.deterministic:
-            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._grid(want_dx),
-                   batch_grad(y))
+            launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx), g=self._grid(want_dx),
+                   y=batch_grad(y))
             return
         fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
         self._max_at ^= 4
-        launch(self._max_fn, encoder, spy.grid((n,)), batch_grad(y), fixed, max_at)
-        launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._grid(want_dx, max_at, log2_n),
-               batch_grad(y))
-        launch(self._to_grad_fn, encoder, spy.grid((self.table.size,)), fixed, max_at, log2_n, self.table.grad)
+        launch(self._max_fn, encoder, n=spy.grid((n,)), y=batch_grad(y), fixed=fixed, max_at=max_at)
+        launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
+               g=self._grid(want_dx, max_at, log2_n), y=batch_grad(y))
+        launch(self._to_grad_fn, encoder, i=spy.grid((self.table.size,)), fixed=fixed, max_at=max_at, log2_n=log2_n,
+               table_grad=self.table.grad)
 
     def __repr__(self) -> str:
         return (f"HashGridEncoding(in_dims={self.in_dims}, n_levels={self.n_levels}, n_features={self.n_features}, "

@@ -58,8 +58,8 @@ class IdentityEncoding(Module):
         x = as_batch(x, self.in_features, "IdentityEncoding")
         n = x.shape[0]
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, spy.grid((n, self.in_dims)), batch_in(x, False),
-               spy.float2(self.scale, self.offset), y)
+        launch(self._forward_fn, encoder, t=spy.grid((n, self.in_dims)), x=batch_in(x, False),
+               p=spy.float2(self.scale, self.offset), y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -67,8 +67,8 @@ class IdentityEncoding(Module):
         n = x.shape[0]
         check_output(y, n, self.out_features, "IdentityEncoding")
         if has_grad(x):
-            launch(self._backprop_fn, encoder, spy.grid((n, self.in_dims)), batch_in(x, True),
-                   spy.float2(self.scale, self.offset), batch_grad(y))
+            launch(self._backprop_fn, encoder, t=spy.grid((n, self.in_dims)), x=batch_in(x, True),
+                   p=spy.float2(self.scale, self.offset), y=batch_grad(y))
 
     def __repr__(self) -> str:
         return f"IdentityEncoding(in_dims={self.in_dims}, scale={self.scale}, offset={self.offset})"

@@ -104,8 +104,8 @@ class Linear(Module):
         x = as_batch(x, self.in_features, "Linear")
         n = x.shape[0]
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, spy.grid((n,)), batch_in(x, False), self._weights(None),
-               self._act_params, y)
+        launch(self._forward_fn, encoder, n=spy.grid((n,)), x=batch_in(x, False), w=self._weights(None),
+               act=self._act_params, y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -117,8 +117,8 @@ class Linear(Module):
         # Without an activation dL/dz = dL/dy: the weight gradient reads y.grad directly.
         dz = self._buffers.get("dz", n, self.out_features) if self.activation is not None else None
         if dz is not None or want_dx:
-            launch(self._backprop_fn, encoder, spy.grid((n,)), batch_in(x, want_dx), self._weights(dz),
-                   self._act_params, batch_grad(y))
+            launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx), w=self._weights(dz),
+                   act=self._act_params, y=batch_grad(y))
         chunks = -(-n // ROWS_PER_CHUNK)
         has_bias = int(self.bias is not None)
         bias_grad = self.bias.grad if self.bias is not None else dummy(1)
@@ -126,13 +126,13 @@ class Linear(Module):
         if self.deterministic and chunks > 1:   # one chunk: one atomic add per weight, already order-free
             cols = self.in_features + has_bias
             partial = self._buffers.get("partial", n, self.out_features * cols, rows=chunks)
-            launch(self._partial_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz_or_dy, n, ROWS_PER_CHUNK,
-                   has_bias, partial)
-            launch(self._reduce_fn, encoder, spy.grid((self.out_features, cols)), partial, chunks, has_bias,
-                   self.weight.grad, bias_grad)
+            launch(self._partial_fn, encoder, t=spy.grid((chunks, *self._tiles)), x=x, dz=dz_or_dy, n_rows=n,
+                   rows_per_chunk=ROWS_PER_CHUNK, has_bias=has_bias, partial=partial)
+            launch(self._reduce_fn, encoder, t=spy.grid((self.out_features, cols)), partial=partial, n_chunks=chunks,
+                   has_bias=has_bias, grad_weight=self.weight.grad, grad_bias=bias_grad)
             return
-        launch(self._weight_grad_fn, encoder, spy.grid((chunks, *self._tiles)), x, dz_or_dy,
-               n, ROWS_PER_CHUNK, has_bias, self.weight.grad, bias_grad)
+        launch(self._weight_grad_fn, encoder, t=spy.grid((chunks, *self._tiles)), x=x, dz=dz_or_dy, n_rows=n,
+               rows_per_chunk=ROWS_PER_CHUNK, has_bias=has_bias, grad_weight=self.weight.grad, grad_bias=bias_grad)
 
     def __repr__(self) -> str:
         act = f", activation={self.activation!r}" if self.activation is not None else ""
