@@ -1,0 +1,266 @@
+"""TensorCoreMLP: FullyFusedMLP's network with its matrix products on tensor cores (CUDA only; a prototype).
+
+tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 master weights. The kernels
+(slang_lib/nn/tensor_core_mlp.slang) use Slang's core ``linalg.CoopMat`` 16x16x16 tiles, which Slang's CUDA
+backend lowers to ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` (two per tile product). Per step:
+
+1. ``tcmlp_pack``: the float32 master parameters (``params``, FullyFusedMLP's flat layout, so optimisers,
+   checkpoints and ``FullyFusedMLP.params`` interchange) are converted to a half copy of every W_j, zero-padded
+   to multiples of 16, and a float copy of the biases: once per forward call (the weights change every
+   optimiser step), one small dispatch.
+2. forward: one group of 128 threads per tile of 128 samples; every layer z = W_j a + b_j as half MMAs with
+   float32 accumulation, the bias and activation applied in float32, the activations kept in groupshared
+   memory as half; training saves each hidden layer's half output a_{j+1}.
+3. backward, deltas: dz_L = S dL/dy out_act'(y), dz_{j-1} = (W_j^T dz_j) act'(a_j) through the layers (one
+   kernel, half MMAs), each stored as half; dL/dx = W_0^T dz_0 / S in float32. S = ``loss_scale`` (tiny-cuda-nn's
+   128): half's normal range ends at 6.1e-5, and a mean loss over 2^20 samples has dL/dy near 1e-6.
+4. backward, weights: per layer dW_j = sum_n dz_j[n] a_j[n]^T / S as half MMAs over the batch with float32
+   accumulation (each group sums its share of the tiles in registers, then one atomic add per weight), and
+   db_j = sum_n dz_j[n] / S in float32.
+
+Network: as FullyFusedMLP without a fused encoding: a_0 = x, a_{j+1} = act(W_j a_j + b_j) for j < L, y =
+out_act(W_L a_L + b_L). Activations: those whose derivative follows from their output (the backward has only
+the saved half outputs): ReLU, LeakyReLU, Sigmoid, Tanh and None. Sizes: in_features <= 64, hidden_features a
+multiple of 16 and <= 64, out_features <= 64. Not recorded on a sopt.Tape (one forward's buffers per batch
+size, as FullyFusedMLP outside a tape).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+import slangpy as spy
+
+from sopt import device as dev
+from sopt.kernel import Kernel
+from sopt.nn.activation import Activation, activation_key, make_activation, slang_activation
+from sopt.nn.mlp import initial_layer_weights
+from sopt.nn.module import Module
+from sopt.parameter import Parameter
+from sopt.validation import check_int
+
+NT = 128   # threads per group of every kernel in tensor_core_mlp.slang
+TS = 128   # samples per tile
+MAX_WIDTH = 64
+_WEIGHT_GRAD_GROUPS = 264   # groups of the weight-gradient kernels (2 per SM on an H100)
+_SOURCE = "nn/tensor_core_mlp"
+_PACK = Kernel(_SOURCE, "tcmlp_pack_kernel")
+_FORWARD = Kernel(_SOURCE, "tcmlp_forward_kernel")
+_DELTAS = Kernel(_SOURCE, "tcmlp_backward_deltas_kernel")
+_WEIGHT_GRAD = Kernel(_SOURCE, "tcmlp_weight_grad_kernel")
+# activation key -> the kernel's ITcAct struct (derivative from the output)
+_SLANG_ACT = {"none": "TcNone", "relu": "TcReLU", "leaky_relu": "TcLeakyReLU", "sigmoid": "TcSigmoid",
+              "tanh": "TcTanh"}
+
+
+def align(n: int, m: int) -> int:
+    """n rounded up to a multiple of m."""
+    return -(-n // m) * m
+
+
+def flat_layout(in_features: int, hidden_features: int, hidden_layers: int,
+                out_features: int) -> tuple[list[tuple[int, int, int, int]], int]:
+    """FullyFusedMLP's flat parameter layout without an encoding: ([(padded in, logical in, out, offset) per
+    layer], total floats). Layer j's W (out x padded in, row-major; padded in = in_features rounded up to 4 for
+    j = 0, else hidden_features) starts at offset, its bias follows, and the next layer starts at the next
+    multiple of 4 floats."""
+    layers, offset = [], 0
+    for j in range(hidden_layers + 1):
+        i_log = in_features if j == 0 else hidden_features
+        i_pad = align(in_features, 4) if j == 0 else hidden_features
+        o = out_features if j == hidden_layers else hidden_features
+        layers.append((i_pad, i_log, o, offset))
+        offset += align(o * i_pad + o, 4)
+    return layers, offset
+
+
+def initial_flat(in_features: int, hidden_features: int, hidden_layers: int, out_features: int,
+                 activation: Activation | None, output_activation: Activation | None, seed: int) -> np.ndarray:
+    """The initial flat parameters (flat_layout's layout): MLP's and FullyFusedMLP's weights for ``seed``."""
+    layers, n_params = flat_layout(in_features, hidden_features, hidden_layers, out_features)
+    widths = [in_features] + [hidden_features] * hidden_layers + [out_features]
+    flat = np.zeros(n_params, np.float32)
+    for (i_pad, i_log, o, off), (w, b) in zip(layers, initial_layer_weights(widths, activation, output_activation,
+                                                                            True, seed)):
+        flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log] = w
+        flat[off + o * i_pad: off + o * i_pad + o] = b
+    return flat
+
+
+def packed_shapes(in_features: int, hidden_features: int, hidden_layers: int,
+                  out_features: int) -> list[tuple[int, int]]:
+    """(O_j, K_j) of every layer's half weight copy as the kernels see it: both padded to multiples of 16."""
+    k0, o16 = align(in_features, 16), align(out_features, 16)
+    return [(o16 if j == hidden_layers else hidden_features, k0 if j == 0 else hidden_features)
+            for j in range(hidden_layers + 1)]
+
+
+def pack_reference(flat: np.ndarray, in_features: int, hidden_features: int, hidden_layers: int,
+                   out_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """What ``tcmlp_pack`` writes, in numpy: (the half weights, layers back to back, each O_j x K_j row-major;
+    the float32 biases, O_j per layer), zero-padded."""
+    layers, _ = flat_layout(in_features, hidden_features, hidden_layers, out_features)
+    weights, biases = [], []
+    for (i_pad, i_log, o, off), (o16, k16) in zip(layers, packed_shapes(in_features, hidden_features, hidden_layers,
+                                                                        out_features)):
+        w = np.zeros((o16, k16), np.float16)
+        w[:o, :i_log] = flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log]
+        b = np.zeros(o16, np.float32)
+        b[:o] = flat[off + o * i_pad: off + o * i_pad + o]
+        weights.append(w.ravel())
+        biases.append(b)
+    return np.concatenate(weights), np.concatenate(biases)
+
+
+class TensorCoreMLP(Module):
+    """MLP on tensor cores (CUDA only); see the module docstring for the maths, precision and parameter layout.
+
+    Args:
+        in_features, out_features: input and output widths (<= 64).
+        hidden_features: width of every hidden layer (a multiple of 16, <= 64).
+        hidden_layers: number of hidden layers L (>= 1).
+        activation / output_activation: ReLU, LeakyReLU, Sigmoid, Tanh or None (names or Activations as for MLP).
+        seed: initialisation seed (FullyFusedMLP's and MLP's weights for the same seed).
+        loss_scale: S, the factor on dL/dy before it is rounded to half (divided out of every gradient).
+    """
+
+    def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 2,
+                 activation: Any = "relu", output_activation: Any = "none", seed: int = 0,
+                 loss_scale: float = 128.0) -> None:
+        in_features = check_int(in_features, "TensorCoreMLP in_features", low=1)
+        out_features = check_int(out_features, "TensorCoreMLP out_features", low=1)
+        hidden_features = check_int(hidden_features, "TensorCoreMLP hidden_features", low=16)
+        hidden_layers = check_int(hidden_layers, "TensorCoreMLP hidden_layers", low=1)
+        seed = check_int(seed, "TensorCoreMLP seed", low=0)
+        if hidden_features % 16 or hidden_features > MAX_WIDTH or in_features > MAX_WIDTH or out_features > MAX_WIDTH:
+            raise ValueError(f"TensorCoreMLP: hidden_features must be a multiple of 16 and every width <= {MAX_WIDTH}, "
+                             f"got in {in_features}, hidden {hidden_features}, out {out_features}")
+        if not (isinstance(loss_scale, (int, float)) and 1.0 <= float(loss_scale) <= 65536.0):
+            raise ValueError(f"TensorCoreMLP loss_scale must be a number in [1, 65536], got {loss_scale!r}")
+        if dev.device_kind() != "cuda":
+            raise RuntimeError("TensorCoreMLP runs on CUDA only (its kernels are tensor-core MMAs); this device is "
+                               f"{dev.device_kind()!r}: use FullyFusedMLP there")
+        act, out_act = (make_activation(v, f"TensorCoreMLP {w}") for w, v in (("activation", activation),
+                                                                               ("output_activation", output_activation)))
+        for what, a in (("activation", act), ("output_activation", out_act)):
+            if activation_key(a) not in _SLANG_ACT:
+                raise ValueError(f"TensorCoreMLP {what}: {activation_key(a)!r} is not supported (the backward needs "
+                                 f"f' from f's output): one of {sorted(_SLANG_ACT)}")
+        self.in_features, self.out_features = in_features, out_features
+        self.hidden_features, self.hidden_layers = hidden_features, hidden_layers
+        self.activation_module, self.output_activation_module = act, out_act
+        self.activation, self.output_activation = activation_key(act), activation_key(out_act)
+        self.loss_scale = float(loss_scale)
+        self.training = True
+        self.layers, _ = flat_layout(in_features, hidden_features, hidden_layers, out_features)
+        self.params = Parameter(initial_flat(in_features, hidden_features, hidden_layers, out_features, act, out_act,
+                                             seed), name="params")
+        self._shapes = packed_shapes(in_features, hidden_features, hidden_layers, out_features)
+        sizes = (in_features, align(in_features, 16), hidden_features, out_features, align(out_features, 16),
+                 hidden_layers)
+        acts = (_SLANG_ACT[self.activation], _SLANG_ACT[self.output_activation])
+        self._pack = _PACK.specialise(*sizes)
+        self._forward = {save: _FORWARD.specialise(*sizes, *acts, save) for save in (0, 1)}
+        self._deltas = {dx: _DELTAS.specialise(*sizes, *acts, dx) for dx in (0, 1)}
+        self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]
+        device = dev.get_device()
+        self._packed = spy.Tensor.zeros(device, (sum(o * k for o, k in self._shapes) // 2,), "float")  # half pairs
+        self._bias = spy.Tensor.zeros(device, (sum(o for o, _ in self._shapes),), "float")
+        self._buffers: dict[int, dict[str, spy.Tensor]] = {}
+        self._bound: dict[tuple, dev.BoundKernel] = {}
+        self._forwarded: tuple[int, int] | None = None   # (id(x), id(y)) of the last training forward
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        yield "params", self.params
+
+    def layer_slices(self, flat: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(W_j (out, in), b_j) per layer cut from ``flat`` (default: the current values)."""
+        flat = self.params.numpy() if flat is None else flat
+        return [(flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log].copy(),
+                 flat[off + o * i_pad: off + o * i_pad + o].copy()) for i_pad, i_log, o, off in self.layers]
+
+    def _params_of(self, a: Activation | None) -> float:
+        return float(slang_activation(a)[1][0])
+
+    def _buffers_for(self, n: int) -> dict[str, spy.Tensor]:
+        """y (n x out, with its gradient), and half buffers (as float pairs) of the saved activations (L x n_pad x
+        H) and the deltas (n_pad x (L H + O16))."""
+        b = self._buffers.get(n)
+        if b is None:
+            device = dev.get_device()
+            n_pad = align(n, TS)
+            h, L, o16 = self.hidden_features, self.hidden_layers, align(self.out_features, 16)
+            b = {"y": spy.Tensor.zeros(device, (n, self.out_features), "float").with_grads(zero=True),
+                 "saved": spy.Tensor.zeros(device, (L * n_pad * h // 2,), "float"),
+                 "dz": spy.Tensor.zeros(device, (n_pad * (L * h + o16) // 2,), "float")}
+            if len(self._buffers) >= 4:
+                self._buffers.pop(next(iter(self._buffers)))
+                self._bound.clear()
+            self._buffers[n] = b
+        return b
+
+    def _check_input(self, x: spy.Tensor) -> int:
+        if not isinstance(x, spy.Tensor) or str(x.dtype.full_name) != "float" or len(x.shape) != 2 or \
+                x.shape[1] != self.in_features or not x.is_contiguous():
+            raise ValueError(f"TensorCoreMLP: expected a contiguous float32 slangpy.Tensor of shape (N, "
+                             f"{self.in_features}), got {getattr(x, 'shape', type(x).__name__)}")
+        return int(x.shape[0])
+
+    def _kernel(self, kernel: Kernel, n: int, **fixed: Any) -> dev.BoundKernel:
+        """``kernel`` bound with the arguments every dispatch of batch size n shares."""
+        key = (kernel, n)
+        bound = self._bound.get(key)
+        if bound is None:
+            b = self._buffers_for(n)
+            bound = kernel.bind(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage,
+                                tc_packed_u=self._packed.storage, tc_bias=self._bias.storage,
+                                tc_saved=b["saved"].storage, tc_dz=b["dz"].storage, loss_scale=self.loss_scale,
+                                act_param=self._params_of(self.activation_module),
+                                out_act_param=self._params_of(self.output_activation_module), **fixed)
+            self._bound[key] = bound
+        return bound
+
+    def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
+        n = self._check_input(x)
+        b = self._buffers_for(n)
+        y, p = b["y"], self.params.values
+        own = encoder is None
+        if own:
+            encoder = dev.get_device().create_command_encoder()
+        words = sum(o * k for o, k in self._shapes) // 2 + self._bias.shape[0]
+        self._kernel(self._pack, n).set(tc_params=p.storage, params_off=p.offset).dispatch(words, encoder)
+        self._kernel(self._forward[int(self.training)], n).set(
+            tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset).dispatch(align(n, TS) // TS * NT, encoder)
+        if own:
+            dev.submit(encoder)
+        self._forwarded = (id(x), id(y)) if self.training else None
+        return y
+
+    def backward(self, x: spy.Tensor, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
+        n = self._check_input(x)
+        if self._forwarded != (id(x), id(y)):
+            raise ValueError("TensorCoreMLP.backward: (x, y) must be the last training forward()'s input and output")
+        b = self._buffers_for(n)
+        g = self.params.grad
+        want_dx = int(x.grad_out is not None)
+        own = encoder is None
+        if own:
+            encoder = dev.get_device().create_command_encoder()
+        dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
+        self._kernel(self._deltas[want_dx], n).set(
+            tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset, tc_dy=y.grad.storage,
+            dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(align(n, TS) // TS * NT, encoder)
+        groups = min(_WEIGHT_GRAD_GROUPS, align(n, TS) // TS)
+        for kernel in self._weight_grad:
+            self._kernel(kernel, n).set(tc_x=x.storage, x_off=x.offset, tc_grads=g.storage, grads_off=g.offset,
+                                        n_groups=groups).dispatch(groups * NT, encoder)
+        if own:
+            dev.submit(encoder)
+
+    def train(self, mode: bool = True) -> "TensorCoreMLP":
+        self.training = mode
+        return self
+
+    def eval(self) -> "TensorCoreMLP":
+        return self.train(False)
