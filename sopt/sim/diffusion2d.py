@@ -150,14 +150,15 @@ class Diffusion2D(Simulator):
         tape = tp.current_tape()
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._step_fn, enc, g.threads, g.args(), r, dt, g.flat(u), coefficient_args(kappa),
-                   coefficient_args(source), g.flat(u_next))
+            launch(self._step_fn, enc, i=g.threads, grid=g.args(), r=r, dt=dt, u=g.flat(u),
+                   kappa=coefficient_args(kappa), source=coefficient_args(source), u_next=g.flat(u_next))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             write_du = u.grad_out is not None and tape.requires_grad(u)
-            launch(self._adjoint_fn, enc, g.threads, g.args(), r, dt, g.flat(u), g.flat(u_next.grad),
-                   coefficient_args(kappa), coefficient_grad_args(kappa), coefficient_grad_args(source),
-                   g.flat(u.grad) if write_du else dummy(1), int(write_du))
+            launch(self._adjoint_fn, enc, i=g.threads, grid=g.args(), r=r, dt=dt, u=g.flat(u),
+                   g_next=g.flat(u_next.grad), kappa=coefficient_args(kappa), kappa_grad=coefficient_grad_args(kappa),
+                   source_grad=coefficient_grad_args(source), du=g.flat(u.grad) if write_du else dummy(1),
+                   write_du=int(write_du))
 
         params = [c.parameter for c in (kappa, source) if c.parameter is not None]
         tp.record("Diffusion2D.step", forward, backward, reads=[u], writes=[u_next], add_grads=[u], params=params)

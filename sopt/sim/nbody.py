@@ -120,13 +120,16 @@ class NBody(Simulator):
         stride = 0 if self.masses.shared else 1
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._step_fn, enc, spy.grid((n,)), n, h, x.values, v.values, a.values, self.masses.values,
-                   stride, self.G.values, self.softening.values, out.x, out.v, out.a)
+            launch(self._step_fn, enc, i=spy.grid((n,)), n=n, h=h, x=x.values, v=v.values, a=a.values,
+                   masses=self.masses.values, mass_stride=stride, gravity=self.G.values,
+                   softening=self.softening.values, x_out=out.x, v_out=out.v, a_out=out.a)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(self._step_bwd_fn, enc, spy.grid((n,)), n, h, x.values, v.values, a.values, self.masses.values,
-                   stride, self.G.values, self.softening.values, out.x.grad, out.v.grad, out.a.grad, x.grad, v.grad,
-                   a.grad, self.masses.grad, self.G.grad, self.softening.grad)
+            launch(self._step_bwd_fn, enc, i=spy.grid((n,)), n=n, h=h, x=x.values, v=v.values, a=a.values,
+                   masses=self.masses.values, mass_stride=stride, gravity=self.G.values,
+                   softening=self.softening.values, gx_out=out.x.grad, gv_out=out.v.grad, ga_out=out.a.grad,
+                   gx=x.grad, gv=v.grad, ga=a.grad, grad_masses=self.masses.grad, grad_gravity=self.G.grad,
+                   grad_softening=self.softening.grad)
 
         params = [c.parameter for c in (x, v, *physical) if isinstance(c.parameter, Parameter)]
         tp.record(name, forward, backward, reads=reads, writes=out.arrays(), add_grads=add_grads, params=params)

@@ -146,9 +146,10 @@ class Projectile(Simulator):
         return {"values": c.values.view((size,)), "grad": c.grad.view((size,)),
                 "shared": int(c.shape == (width,)), "want_grad": int(c.trainable)}
 
-    def _coefficient_args(self) -> list[dict[str, Any]]:
-        return [self._arg(self.gravity, self.dim), self._arg(self.linear_drag, 1), self._arg(self.drag, 1),
-                self._arg(self.restitution, 1)]
+    def _coefficient_args(self) -> dict[str, dict[str, Any]]:
+        """The four ``Coefficient`` arguments of every projectile kernel, by their Slang parameter names."""
+        return {"gravity": self._arg(self.gravity, self.dim), "linear_drag": self._arg(self.linear_drag, 1),
+                "drag": self._arg(self.drag, 1), "restitution": self._arg(self.restitution, 1)}
 
     def _ground_arg(self) -> dict[str, Any]:
         return {"enabled": int(self.ground is not None), "height": 0.0 if self.ground is None else self.ground}
@@ -164,14 +165,14 @@ class Projectile(Simulator):
         want_dv = tape is not None and tape.requires_grad(state.v)
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._forward_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
-                   self._ground_arg(), out.x, out.v)
+            launch(self._forward_fn, enc, i=grid, x=state.x, v=state.v, **self._coefficient_args(), dt=self.dt,
+                   ground=self._ground_arg(), x_out=out.x, v_out=out.v)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(self._adjoint_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
-                   self._ground_arg(), out.x.grad, out.v.grad, int(want_dx),
-                   state.x.grad if want_dx else self._no_grad, int(want_dv),
-                   state.v.grad if want_dv else self._no_grad)
+            launch(self._adjoint_fn, enc, i=grid, x=state.x, v=state.v, **self._coefficient_args(), dt=self.dt,
+                   ground=self._ground_arg(), dx_out=out.x.grad, dv_out=out.v.grad, want_dx=int(want_dx),
+                   dx=state.x.grad if want_dx else self._no_grad, want_dv=int(want_dv),
+                   dv=state.v.grad if want_dv else self._no_grad)
 
         tp.record("Projectile.step", forward, backward, reads=[state.x, state.v], writes=[out.x, out.v],
                   add_grads=[state.x, state.v], params=self._trainable())
@@ -206,14 +207,15 @@ class Projectile(Simulator):
         starts = tp.new_tensor((rows, self.n, 2 * self.dim), grads=False) if save and rows > 0 else self._no_starts
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._steps_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
-                   self._ground_arg(), n, SEGMENT, int(save), starts, out.x, out.v)
+            launch(self._steps_fn, enc, i=grid, x=state.x, v=state.v, **self._coefficient_args(), dt=self.dt,
+                   ground=self._ground_arg(), n=n, segment=SEGMENT, save=int(save), starts=starts, x_out=out.x,
+                   v_out=out.v)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(self._steps_adjoint_fn, enc, grid, state.x, state.v, *self._coefficient_args(), self.dt,
-                   self._ground_arg(), n, starts, out.x.grad, out.v.grad, int(want_dx),
-                   state.x.grad if want_dx else self._no_grad, int(want_dv),
-                   state.v.grad if want_dv else self._no_grad)
+            launch(self._steps_adjoint_fn, enc, i=grid, x=state.x, v=state.v, **self._coefficient_args(), dt=self.dt,
+                   ground=self._ground_arg(), n=n, starts=starts, dx_out=out.x.grad, dv_out=out.v.grad,
+                   want_dx=int(want_dx), dx=state.x.grad if want_dx else self._no_grad, want_dv=int(want_dv),
+                   dv=state.v.grad if want_dv else self._no_grad)
 
         tp.record(f"Projectile.steps({n})", forward, backward if save else None,
                   reads=[state.x, state.v] + ([starts] if starts is not self._no_starts else []),

@@ -239,7 +239,7 @@ def _sum_squares(enc: spy.CommandEncoder, state: State, norms: spy.Tensor, index
     """norms[index] += sum of squares of every array's gradient in ``state``."""
     for t in state.arrays():
         grad = tp.flat(t.grad)
-        launch(_SUM_SQUARES, enc, spy.grid(tuple(grad.shape)), grad, norms, index)
+        launch(_SUM_SQUARES, enc, i=spy.grid(tuple(grad.shape)), src=grad, dst=norms, index=index)
 
 
 class _Rollout:

@@ -409,8 +409,8 @@ class SpringSystem(Simulator):
         topology = self._topology
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._step_fn, enc, spy.grid((n,)), topology, self._coefficient_args(), control_t, x, v,
-                   out.x, out.v)
+            launch(self._step_fn, enc, i=spy.grid((n,)), top=topology, co=self._coefficient_args(), control=control_t,
+                   x=x, v=v, x_out=out.x, v_out=out.v)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             spring_bar, force_bar = self._scratch()
@@ -421,16 +421,20 @@ class SpringSystem(Simulator):
             gx, gv = out.x.grad, out.v.grad
             prepass_fn, spring_fn, gather_fn = self._adjoint_fns
             if self.ground is not None:
-                launch(prepass_fn, enc, spy.grid((n,)), topology, co,
-                       control_t, x, v, gx, gv, force_bar, sg, grads)
-                launch(spring_fn, enc, spy.grid((s_count,)), topology, co, control_t, x, v, gx, gv, force_bar, 1,
-                       spring_bar, 0, grads)
-                launch(gather_fn, enc, spy.grid((n,)), topology, co, gx, gv, spring_bar, 1, sg, grads)
+                launch(prepass_fn, enc, i=spy.grid((n,)), top=topology, co=co, control=control_t, x=x, v=v,
+                       x_out_grad=gx, v_out_grad=gv, force_bar=force_bar, sg=sg, gr=grads)
+                launch(spring_fn, enc, s=spy.grid((s_count,)), top=topology, co=co, control=control_t, x=x, v=v,
+                       x_out_grad=gx, v_out_grad=gv, force_bar=force_bar, force_bar_ready=1,
+                       spring_bar=spring_bar, write_force=0, gr=grads)
+                launch(gather_fn, enc, i=spy.grid((n,)), top=topology, co=co, x_out_grad=gx, v_out_grad=gv,
+                       spring_bar=spring_bar, local_done=1, sg=sg, gr=grads)
             else:
                 write_force = int(self.mass.trainable)
-                launch(spring_fn, enc, spy.grid((s_count,)), topology, co, control_t, x, v, gx, gv, dummy(2), 0,
-                       spring_bar, write_force, grads)
-                launch(gather_fn, enc, spy.grid((n,)), topology, co, gx, gv, spring_bar, 0, sg, grads)
+                launch(spring_fn, enc, s=spy.grid((s_count,)), top=topology, co=co, control=control_t, x=x, v=v,
+                       x_out_grad=gx, v_out_grad=gv, force_bar=dummy(2), force_bar_ready=0,
+                       spring_bar=spring_bar, write_force=write_force, gr=grads)
+                launch(gather_fn, enc, i=spy.grid((n,)), top=topology, co=co, x_out_grad=gx, v_out_grad=gv,
+                       spring_bar=spring_bar, local_done=0, sg=sg, gr=grads)
 
         params = [c.parameter for c in self._coefficients.values() if c.parameter is not None]
         add_grads = [t for t, want in ((x, want_x), (v, want_v), (control_t, want_control)) if want]

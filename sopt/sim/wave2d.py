@@ -129,16 +129,18 @@ class Wave2D(Simulator):
         tape = tp.current_tape()
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(self._step_fn, enc, g.threads, g.args(), inv_dx2, dt, g.flat(u), g.flat(v), coefficient_args(c),
-                   coefficient_args(damping), g.flat(u_next), g.flat(v_next))
+            launch(self._step_fn, enc, i=g.threads, grid=g.args(), inv_dx2=inv_dx2, dt=dt, u=g.flat(u), v=g.flat(v),
+                   c=coefficient_args(c), damping=coefficient_args(damping), u_next=g.flat(u_next),
+                   v_next=g.flat(v_next))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             write_du = u.grad_out is not None and tape.requires_grad(u)
             write_dv = v.grad_out is not None and tape.requires_grad(v)
-            launch(self._adjoint_fn, enc, g.threads, g.args(), inv_dx2, dt, g.flat(u), g.flat(v), g.flat(u_next.grad),
-                   g.flat(v_next.grad), coefficient_args(c), coefficient_grad_args(c), coefficient_args(damping),
-                   coefficient_grad_args(damping), g.flat(u.grad) if write_du else dummy(1), int(write_du),
-                   g.flat(v.grad) if write_dv else dummy(1), int(write_dv))
+            launch(self._adjoint_fn, enc, i=g.threads, grid=g.args(), inv_dx2=inv_dx2, dt=dt, u=g.flat(u), v=g.flat(v),
+                   gu_next=g.flat(u_next.grad), gv_next=g.flat(v_next.grad), c=coefficient_args(c),
+                   c_grad=coefficient_grad_args(c), damping=coefficient_args(damping),
+                   damping_grad=coefficient_grad_args(damping), du=g.flat(u.grad) if write_du else dummy(1),
+                   write_du=int(write_du), dv=g.flat(v.grad) if write_dv else dummy(1), write_dv=int(write_dv))
 
         params = [k.parameter for k in (c, damping) if k.parameter is not None]
         tp.record("Wave2D.step", forward, backward, reads=[u, v], writes=[u_next, v_next], add_grads=[u, v],
