@@ -241,7 +241,6 @@ class TensorCoreMLP(Module):
         n = self._check_input(x)
         if self._forwarded != (id(x), id(y)):
             raise ValueError("TensorCoreMLP.backward: (x, y) must be the last training forward()'s input and output")
-        b = self._buffers_for(n)
         g = self.params.grad
         want_dx = int(x.grad_out is not None)
         own = encoder is None
