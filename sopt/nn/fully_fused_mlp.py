@@ -52,7 +52,7 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.config.schema import StrictModel
-from sopt.kernel import Kernel
+from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.activation import (Activation, ActivationName, activation_key, activation_name, make_activation,
                                 slang_activation)
 from sopt.nn.mlp import initial_layer_weights
@@ -71,6 +71,39 @@ _FORWARD = Kernel(_SOURCE, "ffmlp_forward_kernel")    # generic: ffmlp_forward's
 _BACKWARD = Kernel(_SOURCE, "ffmlp_backward_kernel")  # generic: ffmlp_backward's arguments
 _REDUCE_PARTIALS = Kernel(_SOURCE, "ffmlp_reduce_partials_kernel")
 
+# FFMLPArgs' members (slang_lib/nn/fully_fused_mlp.slang): buffers, then numbers. A kernel is bound with every
+# member (those it does not read: a dummy buffer, zero), so that each dispatch's struct has the same keys and
+# BoundKernel writes only the members that changed.
+_ARG_BUFFERS = ("mlp_params4", "mlp_grads", "mlp_x", "mlp_saved", "mlp_y", "mlp_dy", "mlp_dz", "mlp_dzp", "mlp_dx",
+                "mlp_partials")
+_ARG_NUMBERS = ("n_rows", "n_pad", "params_off", "grads_off", "x_off", "y_off", "saved_off", "dy_off", "dy_row_stride",
+                "dy_col_stride", "dz_off", "dzp_off", "dx_off", "layer_param_off", "layer_z_row", "prev_z_row",
+                "n_groups", "top_param_off", "top_z_row", "partials_stride", "n_params")
+
+
+class _Launch:
+    """A fully_fused_mlp.slang kernel bound to its one argument struct ``args`` (FFMLPArgs), set by member name."""
+
+    __slots__ = ("bound", "args")
+
+    def __init__(self, kernel: Kernel, **members: Any) -> None:
+        self.args: dict[str, Any] = {name: dummy_buffer() for name in _ARG_BUFFERS}
+        self.args.update({name: 0 for name in _ARG_NUMBERS})
+        self.args.update(act_p=spy.float2(0.0, 0.0), out_act_p=spy.float2(0.0, 0.0))
+        self.args.update(members)
+        self.bound = kernel.bind(args=self.args)
+
+    def set(self, **members: Any) -> "_Launch":
+        """Set members of ``args`` (unknown names are refused: a misspelt one would bind nothing)."""
+        unknown = members.keys() - self.args.keys()
+        if unknown:
+            raise KeyError(f"FFMLPArgs has no member(s) {sorted(unknown)}")
+        self.args.update(members)
+        self.bound.set(args=self.args)
+        return self
+
+    def dispatch(self, threads: int, encoder: spy.CommandEncoder | None = None) -> None:
+        self.bound.dispatch(threads, encoder)
 
 
 class FullyFusedMLPConfig(ComponentConfig):
@@ -189,7 +222,7 @@ class FullyFusedMLP(Module):
         # (y, saved) of recent forward calls by id(y): backward finds the activations of the call it is given
         self._calls: OrderedDict[int, tuple[spy.Tensor, spy.Tensor]] = OrderedDict()
         self._last_input: tuple[spy.Tensor | None, int] = (None, 0)
-        self._bound: dict[tuple, dev.BoundKernel] = {}
+        self._bound: dict[tuple, _Launch] = {}
 
     @classmethod
     def from_config(cls, config: FullyFusedMLPConfig, in_features: int, out_features: int, *, encoding: Any = None,
@@ -269,7 +302,7 @@ class FullyFusedMLP(Module):
     def _declare_kernels(self) -> dict[str, Kernel]:
         """This network's kernels by name (``forward_<save>``, ``backward_<layer>_<want dx>``, ``reduce_partials``):
         fully_fused_mlp.slang's generic entry points specialised to its sizes and activations, loaded at first use."""
-        # the shared activation structs, bound to the act_p / out_act_p uniforms (see _kernel)
+        # the shared activation structs, bound to the args.act_p / args.out_act_p members (see _kernel)
         act = f"HiddenAct<{slang_activation(self.activation_module)[0]}>"
         out_act = f"OutputAct<{slang_activation(self.output_activation_module)[0]}>"
         h, L, out = self.hidden_features, self.hidden_layers, self.out_features
@@ -330,18 +363,18 @@ class FullyFusedMLP(Module):
         return self._last_input[1]
 
     # -- forward / backward ---------------------------------------------------------------------------------------
-    def _kernel(self, name: str, n: int, x: spy.Tensor, saved: spy.Tensor) -> dev.BoundKernel:
-        """The bound kernel ``name`` for batch size n, input x and saved activations (arguments that never
-        change set once)."""
+    def _kernel(self, name: str, n: int, x: spy.Tensor, saved: spy.Tensor) -> "_Launch":
+        """The kernel ``name`` bound for batch size n, input x and saved activations: its ``args`` struct
+        (FFMLPArgs) with the members that never change for this key set once, the others to be set per call."""
         key = (name, n, id(x.storage), x.offset, id(saved.storage), saved.offset)
         bound = self._bound.get(key)
         if bound is None:
             if len(self._bound) > _MAX_BOUND:
                 self._bound.clear()
-            bound = self._kernels[name].bind(mlp_x=x.storage, x_off=x.offset, n_rows=n,
-                                    n_pad=-(-n // TS) * TS, mlp_saved=saved.storage, saved_off=saved.offset,
-                                    act_p=spy.float2(*slang_activation(self.activation_module)[1]),
-                                    out_act_p=spy.float2(*slang_activation(self.output_activation_module)[1]))
+            bound = _Launch(self._kernels[name], mlp_x=x.storage, x_off=x.offset, n_rows=n, n_pad=-(-n // TS) * TS,
+                            mlp_saved=saved.storage, saved_off=saved.offset,
+                            act_p=spy.float2(*slang_activation(self.activation_module)[1]),
+                            out_act_p=spy.float2(*slang_activation(self.output_activation_module)[1]))
             self._bound[key] = bound
         return bound
 
