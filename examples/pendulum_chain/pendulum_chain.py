@@ -2,11 +2,13 @@
 
 N point masses in 2D hang from a pivot at the origin, each joined to the one above by a stiff damped spring;
 stiffness, damping and gravity may be trainable :class:`sopt.Parameter` s. The physics is
-``pendulum_chain.slang`` (beside this file), which imports sopt's shared spring physics; this class only
-declares the state and coefficients and records one step with its adjoint. Everything else comes from
-:class:`sopt.sim.Simulator`: ``initial_state`` (gradients into x0, v0 Parameters), ``rollout`` with observations
-and a memory ``budget``, ``sopt.gradcheck``, ``named_parameters``, and the config registry (``otype =
-"PendulumChain"``).
+``pendulum_chain.slang`` (beside this file): ``ChainStep``, one mass's step and adjoint on sopt's shared spring
+physics, and the generic driver's two entry points for it. This class only declares the state, the coefficients
+and the physics file, and binds the physics struct by name. Everything else comes from
+:class:`sopt.sim.Simulator`: ``step(state)`` and ``steps(state, n)`` (one or n steps in one forward and one
+adjoint dispatch of sopt's generic driver, sim/fused_steps.slang), ``initial_state`` (gradients into x0, v0
+Parameters), ``rollout`` with observations and a memory ``budget``, ``sopt.gradcheck``, ``named_parameters``,
+and the config registry (``otype = "PendulumChain"``).
 
     python3 examples/pendulum_chain/pendulum_chain.py     # fits the gravity of a 4-link chain from its motion
 """
@@ -15,20 +17,15 @@ import pathlib
 from typing import Any, Literal
 
 import numpy as np
-import slangpy as spy
 from pydantic import Field
 
 import sopt
-from sopt import device as dev
-from sopt import tape as tp
 from sopt.config.registry import ComponentConfig, register
-from sopt.kernel import Function, launch
-from sopt.sim import Simulator, State
+from sopt.sim import Simulator
+from sopt.sim.fused_steps import coefficient_argument, gradient_argument
 from sopt.validation import check_float, check_int
 
 SOURCE = pathlib.Path(__file__).with_name("pendulum_chain.slang")
-_STEP = Function(SOURCE, "chain_step")         # declared; loaded and compiled at the first launch
-_ADJOINT = Function(SOURCE, "chain_adjoint")
 
 
 class PendulumChainConfig(ComponentConfig):
@@ -54,6 +51,7 @@ class PendulumChain(Simulator):
     """
 
     state_names = ("x", "v")
+    physics_source = SOURCE   # ChainStep and the driver's entry points for it: step() and steps() come free
 
     def __init__(self, links: int, *, angle: float = 0.0, dt: float = 1e-3, length: float = 0.1,
                  stiffness: Any = 1e4, damping: Any = 0.0, mass: float = 1.0, gravity: Any = 9.81) -> None:
@@ -72,39 +70,21 @@ class PendulumChain(Simulator):
         rest = np.arange(1, self.n + 1)[:, None] * self.length * np.array([[np.sin(angle), -np.cos(angle)]])
         self._initial("x", rest, (self.n, 2), unit="m")
         self._initial("v", np.zeros((self.n, 2)), (self.n, 2), unit="m/s")
-        self._no_grad = spy.Tensor.zeros(dev.get_device(), (1, 2), "float")
 
     def to_config(self) -> PendulumChainConfig:
         return PendulumChainConfig(dt=self.dt, length=self.length, stiffness=self.config_number("stiffness"),
                                    damping=self.config_number("damping"), mass=self.mass,
                                    gravity=self.config_number("gravity"))
 
-    def _coefficients_arg(self) -> dict[str, Any]:
-        """The ChainCoefficients struct (a Parameter's view can move between an optimiser's sides: fetch per call)."""
-        return {"stiffness": self.stiffness.values, "damping": self.damping.values, "gravity": self.gravity.values,
-                "rest_length": self.length, "mass": self.mass, "dt": self.dt}
-
-    def step(self, state: State, control: spy.Tensor | None = None) -> State:
-        """The state ``dt`` later: one dispatch now, its adjoint (one dispatch) at ``tape.backward``."""
-        self.check_no_control(control)
-        state = self.check_state(state, "PendulumChain.step")
-        out = self.new_state()
-        grid = spy.grid((self.n,))
-        tape = tp.current_tape()
-        want_state = tape is not None and (tape.requires_grad(state.x) or tape.requires_grad(state.v))
-
-        def forward(enc: spy.CommandEncoder) -> None:
-            launch(_STEP, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x, out.v)
-
-        def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_ADJOINT, enc, grid, self.n, self._coefficients_arg(), state.x, state.v, out.x.grad,
-                   out.v.grad, int(want_state), state.x.grad if want_state else self._no_grad,
-                   state.v.grad if want_state else self._no_grad,
-                   {"stiffness": self.stiffness.grad, "damping": self.damping.grad, "gravity": self.gravity.grad})
-
-        tp.record("PendulumChain.step", forward, backward, reads=[state.x, state.v], writes=[out.x, out.v],
-                  add_grads=[state.x, state.v], params=self.parameters())
-        return out
+    def physics_argument(self, gradients: bool) -> dict[str, Any]:
+        """The ChainStep struct by name, for the driver's kernels (values fetched per call: a Parameter's view
+        moves between an optimiser's sides); gradient targets only when ``gradients``."""
+        arg = {"n": self.n, "rest_length": self.length, "mass": self.mass, "dt": self.dt}
+        for name in ("stiffness", "damping", "gravity"):
+            c = self.coefficient(name)
+            arg[name] = coefficient_argument(c)
+            arg[f"{name}_grad"] = gradient_argument(c, gradients)
+        return arg
 
 
 def main() -> None:

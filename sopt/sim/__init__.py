@@ -5,6 +5,7 @@ physical parameters and dt (the initial state and geometry are build arguments).
 
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.diffusion2d import Diffusion2D, Diffusion2DConfig
+from sopt.sim.fused_steps import FusedSteps
 from sopt.sim.nbody import NBody, NBodyConfig
 from sopt.sim.projectile import Projectile, ProjectileConfig
 from sopt.sim.rollout import Plan, RolloutResult, plan, rollout
@@ -13,6 +14,6 @@ from sopt.sim.spring_system import SpringSystem, SpringSystemConfig
 from sopt.sim.state import State
 from sopt.sim.wave2d import Wave2D, Wave2DConfig
 
-__all__ = ["Coefficient", "Diffusion2D", "Diffusion2DConfig", "NBody", "NBodyConfig", "Plan", "Projectile",
-           "ProjectileConfig", "RolloutResult", "Simulator", "SpringSystem", "SpringSystemConfig", "State", "Wave2D",
-           "Wave2DConfig", "plan", "rollout"]
+__all__ = ["Coefficient", "Diffusion2D", "Diffusion2DConfig", "FusedSteps", "NBody", "NBodyConfig", "Plan",
+           "Projectile", "ProjectileConfig", "RolloutResult", "Simulator", "SpringSystem", "SpringSystemConfig",
+           "State", "Wave2D", "Wave2DConfig", "plan", "rollout"]

@@ -15,11 +15,15 @@ and the initial state is a :class:`~sopt.sim.Coefficient`: a constant, or a Para
 
 Subclasses set ``state_names``, build their Coefficients in ``__init__`` (``self._coefficient(...)`` for
 physical ones, ``self._initial(...)`` for initial-state arrays) and implement :meth:`step` with
-:func:`sopt.tape.record` (a forward kernel and its adjoint; see slang_lib/sim/).
+:func:`sopt.tape.record` (a forward kernel and its adjoint; see slang_lib/sim/). A subclass whose physics file
+implements sim/fused_steps.slang's ``IElementStep`` (and declares the driver's two entry points for it) sets
+``physics_source`` and :meth:`physics_argument`, and
+:meth:`steps` runs fused through :class:`sopt.sim.FusedSteps` (docs/new_simulator.md).
 """
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any, ClassVar, Iterator
 
 import numpy as np
@@ -28,6 +32,7 @@ import slangpy as spy
 from sopt import tape as tp
 from sopt.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
+from sopt.sim.fused_steps import FusedSteps
 from sopt.sim.state import State
 from sopt.validation import check_float, check_int
 
@@ -39,11 +44,15 @@ def _shortest(value: float) -> float:
 
 class Simulator:
     state_names: ClassVar[tuple[str, ...]]
+    # a .slang file defining an IElementStep and the generic driver's two entry points for it (sim/fused_steps.slang:
+    # fused_steps_forward<T> / fused_steps_backward<T>): steps() runs fused through them
+    physics_source: ClassVar[pathlib.Path | None] = None
 
     def __init__(self, dt: float) -> None:
         self.dt = check_float(dt, f"{type(self).__name__} dt", low=0.0, low_inclusive=False)
         self._coefficients: dict[str, Coefficient] = {}
         self._initials: dict[str, Coefficient] = {}
+        self._fused_driver: FusedSteps | None = None
 
     # -- coefficients ------------------------------------------------------------------------------------------
     def _coefficient(self, name: str, value: Any, shape: tuple[int, ...], **kw: Any) -> Coefficient:
@@ -139,19 +148,42 @@ class Simulator:
         return out
 
     def step(self, state: State, control: spy.Tensor | None = None) -> State:
-        """The state one ``dt`` later (new arrays); ``control``: per-step inputs where the simulator takes them."""
-        raise NotImplementedError
+        """The state one ``dt`` later (new arrays); ``control``: per-step inputs where the simulator takes them.
+
+        With a ``physics_source`` (and no control) it is one step of the generic fused driver (one forward
+        dispatch, one adjoint dispatch on a tape); other simulators implement it."""
+        if self.physics_source is None:
+            raise NotImplementedError(f"{type(self).__name__} implements neither step nor physics_source")
+        self.check_no_control(control)
+        return self.fused_steps.run(self.check_state(state, f"{type(self).__name__}.step"), 1)
+
+    def physics_argument(self, gradients: bool) -> dict[str, Any]:
+        """The fields of the ``physics_source`` file's IElementStep struct by name (coefficients through
+        :func:`sopt.sim.fused_steps.coefficient_argument`, their gradients' targets through ``gradient_argument``,
+        wanted only when ``gradients``): the ``physics`` member of the fused driver's ``call``."""
+        raise NotImplementedError(f"{type(self).__name__} sets physics_source but not physics_argument")
+
+    @property
+    def fused_steps(self) -> FusedSteps:
+        """The generic fused driver for ``physics_source`` (its ``layout`` may be set: (threads, groups))."""
+        if self.physics_source is None:
+            raise ValueError(f"{type(self).__name__} has no physics_source: it steps one call of step() per step")
+        if self._fused_driver is None:
+            self._fused_driver = FusedSteps(self, self.physics_source)
+        return self._fused_driver
 
     def steps(self, state: State, n: int) -> State:
         """The state ``n * dt`` later, without control inputs; on a tape its gradient flows as through n steps.
 
-        The default calls :meth:`step` n times (n recorded calls, n dispatches or more). Simulators with a
-        fused multi-step kernel override it to run the n steps in a few dispatches (Projectile and SpringSystem: one
-        forward and one backward; Diffusion2D: one per K steps each way; the
-        host cost of a dispatch, ~10 us, would otherwise bound a long rollout); ``rollout`` uses it for every
-        stretch of steps with no observation, window cut or gradient-norm probe inside.
+        The default calls :meth:`step` n times (n recorded calls, n dispatches or more); with a ``physics_source``
+        it runs the n steps in one forward and one adjoint dispatch of the generic driver
+        (:class:`sopt.sim.FusedSteps`). Projectile, SpringSystem and Diffusion2D override it with their own fused
+        kernels (the host cost of a dispatch, ~10 us, would otherwise bound a long rollout); ``rollout`` uses it
+        for every stretch of steps with no observation, window cut or gradient-norm probe inside.
         """
         n = check_int(n, f"{type(self).__name__}.steps n", low=0)
+        if n > 0 and self.physics_source is not None:
+            return self.fused_steps.run(self.check_state(state, f"{type(self).__name__}.steps"), n)
         for _ in range(n):
             state = self.step(state)
         return state
@@ -160,7 +192,7 @@ class Simulator:
         """Whether :meth:`steps` runs its n steps in a few dispatches (a fused kernel) rather than as n calls of
         :meth:`step`. ``rollout`` hands whole stretches only to a fusing simulator: the per-step default allocates
         a state per step even where nothing is saved, which a memory budget cannot afford."""
-        return False
+        return self.physics_source is not None
 
     def check_no_control(self, control: Any) -> None:
         """ValueError when ``control`` is given to a simulator whose step takes none."""
