@@ -46,12 +46,13 @@ class HorizonLoss:
         observed = tp.flat(self.observed)
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_HORIZON_SQUARED_DISTANCE, enc, threads, horizon, n, inv_count, tp.flat(predicted),
-                   observed, tp.flat(terms))
+            launch(_HORIZON_SQUARED_DISTANCE, enc, i=threads, horizon=horizon, n_particles=n, inv_count=inv_count,
+                   predicted=tp.flat(predicted), observed=observed, terms=tp.flat(terms))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_HORIZON_SQUARED_DISTANCE_ADJOINT, enc, threads, horizon, n, inv_count,
-                   tp.flat(predicted), observed, tp.flat(terms.grad), tp.flat(predicted.grad))
+            launch(_HORIZON_SQUARED_DISTANCE_ADJOINT, enc, i=threads, horizon=horizon, n_particles=n,
+                   inv_count=inv_count, predicted=tp.flat(predicted), observed=observed,
+                   terms_grad=tp.flat(terms.grad), predicted_grad=tp.flat(predicted.grad))
 
         tp.record("HorizonLoss", forward, backward, reads=[predicted], writes=[terms], add_grads=[predicted])
         return terms

@@ -72,11 +72,12 @@ class SpringSmoothness:
         inv_scale, coef = 1.0 / self.scale, self.weight / self.count
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_SMOOTHNESS_TERMS, enc, threads, inv_scale, coef, self._neighbours, k.values, terms)
+            launch(_SMOOTHNESS_TERMS, enc, s=threads, inv_scale=inv_scale, coef=coef, neighbours=self._neighbours,
+                   k=k.values, terms=terms)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_SMOOTHNESS_ADJOINT, enc, threads, inv_scale, coef, self._neighbours, k.values,
-                   terms.grad, k.grad)
+            launch(_SMOOTHNESS_ADJOINT, enc, s=threads, inv_scale=inv_scale, coef=coef, neighbours=self._neighbours,
+                   k=k.values, terms_grad=terms.grad, k_grad=k.grad)
 
         tp.record("SpringSmoothness", forward, backward, writes=[terms], params=[k])
         return terms

@@ -207,10 +207,11 @@ class FitProjectile(FittingProblem):
     def objective(self, tape: Tape, step: int) -> Any:
         """Launch velocities from speed and angle, the rollout observed at the observation steps, and per (time,
         start) weighted squared distances (n_obs, K): their sum is the loss, a start's column its own loss."""
-        v0 = self.module.launch_velocity(self.scaled["speed"].physical, self.scaled["angle"].physical)   # (K, 2)
+        v0 = self.module.launch_velocity(speed=self.scaled["speed"].physical,
+                                         angle=self.scaled["angle"].physical)                     # (K, 2)
         traj = rollout(self.sim, State(x=self.x0, v=v0), self.steps, observe="x", at=self.at).trajectory
-        terms = self.module.weighted_squared_distance(traj, self.target, self.time_grid, self.horizon(step),
-                                                      self.weight)                                         # (n_obs, K)
+        terms = self.module.weighted_squared_distance(predicted=traj, observed=self.target, time=self.time_grid,
+                                                      horizon=self.horizon(step), weight=self.weight)  # (n_obs, K)
         self._loss_terms = terms
         tape.metrics["multi_start"] = self._read_start_losses
         return terms

@@ -86,11 +86,12 @@ class ScaledParameter:
         z, p = self.trainable, self.physical
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_TO_PHYSICAL, enc, grid, self.scale, _bound(self.low), _bound(self.high),
-                   tp.flat(z.values), tp.flat(p.values))
+            launch(_TO_PHYSICAL, enc, i=grid, scale=self.scale, low=_bound(self.low), high=_bound(self.high),
+                   normalised=tp.flat(z.values), physical=tp.flat(p.values))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_PULL_GRADIENT, enc, grid, self.scale, tp.flat(p.grad), tp.flat(z.grad))
+            launch(_PULL_GRADIENT, enc, i=grid, scale=self.scale, physical_grad=tp.flat(p.grad),
+                   normalised_grad=tp.flat(z.grad))
 
         # no writes declared: the backward must run whatever reached the outputs (the simulators add into
         # physical.grad, a Parameter's gradient, which the tape does not track as an array)

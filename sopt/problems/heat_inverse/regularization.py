@@ -59,11 +59,11 @@ class FieldRegularizer:
         threads = spy.grid((self.cells,))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_REGULARIZER_TERMS, enc, threads, self._grid, tp.flat(kappa.values), terms)
+            launch(_REGULARIZER_TERMS, enc, i=threads, g=self._grid, kappa=tp.flat(kappa.values), terms=terms)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_REGULARIZER_ADJOINT, enc, threads, self._grid, tp.flat(kappa.values), terms.grad,
-                   tp.flat(kappa.grad))
+            launch(_REGULARIZER_ADJOINT, enc, i=threads, g=self._grid, kappa=tp.flat(kappa.values),
+                   terms_grad=terms.grad, kappa_grad=tp.flat(kappa.grad))
 
         tp.record(f"{self.kind} regularizer", forward, backward, writes=[terms], params=[kappa])
         return terms

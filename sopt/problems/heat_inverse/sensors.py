@@ -59,12 +59,12 @@ class Sensors:
         grid = spy.grid((k * self.count,))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_SENSOR_READ, enc, grid, self.count, cells, self._cells, tp.flat(trajectory),
-                   tp.flat(out))
+            launch(_SENSOR_READ, enc, i=grid, n_sensors=self.count, cells=cells, cell=self._cells,
+                   trajectory=tp.flat(trajectory), readings=tp.flat(out))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_SENSOR_READ_ADJOINT, enc, grid, self.count, cells, self._cells, tp.flat(out.grad),
-                   tp.flat(trajectory.grad))
+            launch(_SENSOR_READ_ADJOINT, enc, i=grid, n_sensors=self.count, cells=cells, cell=self._cells,
+                   readings_grad=tp.flat(out.grad), trajectory_grad=tp.flat(trajectory.grad))
 
         tp.record("Sensors.read", forward, backward, writes=[out], add_grads=[trajectory])
         return out

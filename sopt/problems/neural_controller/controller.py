@@ -83,12 +83,12 @@ class NeuralController:
         n, n_sin, scale, time = self.n, self.n_sin, self.state_scale, t * self.dt
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_FEATURES, enc, spy.grid((self.n_features,)), n, n_sin, time, self.omega,
-                   scale, x, v, out)
+            launch(_FEATURES, enc, j=spy.grid((self.n_features,)), n=n, n_sin=n_sin, time=time, omega=self.omega,
+                   state_scale=scale, x=x, v=v, features=out)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_FEATURES_BWD, enc, spy.grid((2 * n,)), n, n_sin, scale, out.grad, x.grad,
-                   v.grad)
+            launch(_FEATURES_BWD, enc, k=spy.grid((2 * n,)), n=n, n_sin=n_sin, state_scale=scale,
+                   features_grad=out.grad, x_grad=x.grad, v_grad=v.grad)
 
         tape = tp.current_tape()
         wants = [a for a in (x, v) if tape is not None and a.grad_out is not None and tape.requires_grad(a)]
@@ -109,10 +109,10 @@ def walk_loss(x: spy.Tensor, start: float) -> spy.Tensor:
     loss = tp.new_tensor((1,))
 
     def forward(enc: spy.CommandEncoder) -> None:
-        launch(_WALK_LOSS, enc, spy.grid((1,)), n, float(start), x, loss)
+        launch(_WALK_LOSS, enc, tid=spy.grid((1,)), n=n, start=float(start), x=x, loss=loss)
 
     def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-        launch(_WALK_LOSS_BWD, enc, spy.grid((n,)), n, tp.flat(loss.grad), x.grad)
+        launch(_WALK_LOSS_BWD, enc, i=spy.grid((n,)), n=n, loss_grad=tp.flat(loss.grad), x_grad=x.grad)
 
     tp.record("walk_loss", forward, backward, reads=[x], writes=[loss], add_grads=[x])
     return loss
@@ -153,14 +153,15 @@ class PostureLoss:
         if _numel(trajectory) != k * self.n * 2:
             raise ValueError(f"PostureLoss: trajectory has shape {tuple(trajectory.shape)}, expected (T, {self.n}, 2)")
         loss = tp.new_tensor((1,))
-        args = (k, self.n, self.count, self.weight, self.back, self.rest_y)
+        args = {"k_count": k, "n": self.n, "b_count": self.count, "weight": self.weight, "back": self.back,
+                "rest_y": self.rest_y}
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_POSTURE_LOSS, enc, spy.grid((1,)), *args, tp.flat(trajectory), loss)
+            launch(_POSTURE_LOSS, enc, tid=spy.grid((1,)), **args, traj=tp.flat(trajectory), loss=loss)
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
-            launch(_POSTURE_LOSS_BWD, enc, spy.grid((k * self.count,)), *args, tp.flat(trajectory),
-                   tp.flat(loss.grad), tp.flat(trajectory.grad))
+            launch(_POSTURE_LOSS_BWD, enc, t=spy.grid((k * self.count,)), **args, traj=tp.flat(trajectory),
+                   loss_grad=tp.flat(loss.grad), traj_grad=tp.flat(trajectory.grad))
 
         tp.record("PostureLoss", forward, backward, reads=[trajectory], writes=[loss], add_grads=[trajectory])
         return loss

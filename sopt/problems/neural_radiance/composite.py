@@ -46,15 +46,15 @@ class Compositor:
         grid = spy.grid((n,))
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_COMPOSITE_FORWARD, enc, grid, self.args, tp.flat(raw), tp.flat(deltas),
-                   tp.flat(depths), tp.flat(rgb), tp.flat(depth), tp.flat(opacity))
+            launch(_COMPOSITE_FORWARD, enc, r=grid, c=self.args, raw=tp.flat(raw), deltas=tp.flat(deltas),
+                   depths=tp.flat(depths), rgb=tp.flat(rgb), depth=tp.flat(depth), opacity=tp.flat(opacity))
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             target = redirect[0]
             if target.grad_out is None:
                 return
-            launch(_COMPOSITE_BACKWARD, enc, grid, self.args, tp.flat(raw), tp.flat(deltas),
-                   tp.flat(rgb), tp.flat(rgb.grad), tp.flat(target.grad))
+            launch(_COMPOSITE_BACKWARD, enc, r=grid, c=self.args, raw=tp.flat(raw), deltas=tp.flat(deltas),
+                   rgb=tp.flat(rgb), rgb_grad=tp.flat(rgb.grad), raw_grad=tp.flat(target.grad))
 
         tp.record("Compositor", forward, backward, reads=[raw, deltas], writes=[rgb, depth, opacity],
                   write_grads=[raw])

@@ -33,8 +33,9 @@ class RayMarcher:
         occ = self.occupancy.slang(step)
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_MARCH_RAYS, enc, spy.grid((n,)), self.seed, int(step) & 0xFFFFFFFF,
-                   tp.flat(rays), occ, args, tp.flat(points), tp.flat(deltas), tp.flat(depths))
+            launch(_MARCH_RAYS, enc, r=spy.grid((n,)), seed=self.seed, step=int(step) & 0xFFFFFFFF,
+                   rays=tp.flat(rays), occ=occ, m=args, points=tp.flat(points), deltas=tp.flat(deltas),
+                   depths=tp.flat(depths))
 
         tp.record("RayMarcher.march", forward, None, reads=[rays], writes=[points, deltas, depths])
         return points, deltas, depths

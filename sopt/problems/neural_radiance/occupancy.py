@@ -73,18 +73,18 @@ class OccupancyGrid:
             points = tp.new_tensor((cells, 3), grads=False)
 
             def make_points(enc: spy.CommandEncoder) -> None:
-                launch(_OCCUPANCY_POINTS, enc, spy.grid((cells,)), self.seed,
-                       int(step) & 0xFFFFFFFF, self.res, tp.flat(points))
+                launch(_OCCUPANCY_POINTS, enc, cell=spy.grid((cells,)), seed=self.seed,
+                       step=int(step) & 0xFFFFFFFF, res=self.res, points=tp.flat(points))
 
             child.record("OccupancyGrid.points", make_points, None, writes=[points])
             raw = model(points)
 
             def fold(enc: spy.CommandEncoder) -> None:
-                launch(_OCCUPANCY_UPDATE, enc, spy.grid((cells,)), self.activation, decay,
-                       tp.flat(raw), grid)
-                launch(_OCCUPANCY_PARTIAL_SUMS, enc, spy.grid((MEAN_PARTS,)), cells, grid,
-                       self._partial)
-                launch(_OCCUPANCY_MEAN, enc, spy.grid((1,)), cells, self._partial, self._mean)
+                launch(_OCCUPANCY_UPDATE, enc, cell=spy.grid((cells,)), activation=self.activation, decay=decay,
+                       raw=tp.flat(raw), grid=grid)
+                launch(_OCCUPANCY_PARTIAL_SUMS, enc, k=spy.grid((MEAN_PARTS,)), cells=cells, grid=grid,
+                       partial=self._partial)
+                launch(_OCCUPANCY_MEAN, enc, k=spy.grid((1,)), cells=cells, partial=self._partial, mean=self._mean)
 
             child.record("OccupancyGrid.update", fold, None)
         self._mean_current = True
@@ -97,9 +97,9 @@ class OccupancyGrid:
         cells, grid = self.cells, self.parameter.values
 
         def mean(enc: spy.CommandEncoder) -> None:
-            launch(_OCCUPANCY_PARTIAL_SUMS, enc, spy.grid((MEAN_PARTS,)), cells, grid,
-                   self._partial)
-            launch(_OCCUPANCY_MEAN, enc, spy.grid((1,)), cells, self._partial, self._mean)
+            launch(_OCCUPANCY_PARTIAL_SUMS, enc, k=spy.grid((MEAN_PARTS,)), cells=cells, grid=grid,
+                   partial=self._partial)
+            launch(_OCCUPANCY_MEAN, enc, k=spy.grid((1,)), cells=cells, partial=self._partial, mean=self._mean)
 
         tape.record("OccupancyGrid.mean", mean, None)
         self._mean_current = True

@@ -43,7 +43,8 @@ class CameraRays:
         out = tp.new_tensor((count, 6), grads=False)
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_VIEW_RAYS, enc, spy.grid((count,)), self.slang(), image, first, tp.flat(out))
+            launch(_VIEW_RAYS, enc, r=spy.grid((count,)), cams=self.slang(), image=image, first=first,
+                   rays=tp.flat(out))
 
         tp.record("CameraRays.rays", forward, None, writes=[out])
         return out
@@ -65,8 +66,9 @@ class TrainingRays:
         rays, colours = tp.new_tensor((r, 6), grads=False), tp.new_tensor((r, 3), grads=False)
 
         def forward(enc: spy.CommandEncoder) -> None:
-            launch(_TRAINING_RAYS, enc, spy.grid((r,)), self.seed, int(step) & 0xFFFFFFFF,
-                   self.cameras.slang(), len(self.views), self._pixels, tp.flat(rays), tp.flat(colours))
+            launch(_TRAINING_RAYS, enc, r=spy.grid((r,)), seed=self.seed, step=int(step) & 0xFFFFFFFF,
+                   cams=self.cameras.slang(), images=len(self.views), pixels=self._pixels, rays=tp.flat(rays),
+                   target=tp.flat(colours))
 
         tp.record("TrainingRays.sample", forward, None, writes=[rays, colours])
         return rays, colours
