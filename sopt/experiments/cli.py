@@ -32,8 +32,6 @@ import shlex
 import sys
 from typing import Any, NoReturn
 
-from sopt.config.schema import ConfigError
-
 DEFAULT_ROOT = "runs"
 
 
@@ -45,7 +43,11 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def _fail(exc: BaseException) -> int:
-    lines = exc.lines if isinstance(exc, ConfigError) else [" ".join(str(exc).split())]
+    # sopt.config.schema (pydantic, numpy: ~0.3 s on an H100 host) is imported only by commands that need it, so
+    # `sopt --version` and `sopt --help` answer without it; a ConfigError exists only once it was imported
+    schema = sys.modules.get("sopt.config.schema")
+    is_config_error = schema is not None and isinstance(exc, schema.ConfigError)
+    lines = exc.lines if is_config_error else [" ".join(str(exc).split())]
     for line in lines:
         print(f"error: {line}", file=sys.stderr)
     return 2
@@ -60,7 +62,7 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
     ``problem_name``), the file merged over them, then the overrides. ConfigError (one line each)."""
     from sopt.config.files import read_config
     from sopt.config.overrides import apply_override, parse_override
-    from sopt.config.schema import complete, defaults, merge, validate
+    from sopt.config.schema import ConfigError, complete, defaults, merge, validate
     from sopt.experiments.problem import problem_class
 
     parsed = [parse_override(o) for o in overrides]   # grammar errors first, before the file is read
@@ -146,8 +148,11 @@ def cmd_run(argv: list[str]) -> int:
         dp = _start_data_parallel(rank, config)
         import sopt
         device = sopt.get_device()
-        from sopt.kernel import prefetch_declared
-        prefetch_declared()   # the kernels' Slang modules load while the problem builds its data
+        # No background prefetch of the declared kernels' modules (sopt.kernel.prefetch_declared): SlangPy holds the
+        # GIL while it loads a module, opens the device or builds a call site (benchmarks/slangpy_gil.py), so a
+        # loading thread only takes turns with this one, and "declared" is every kernel of every module imported
+        # (the MLPs', every optimiser's and simulator's), most of which this problem never runs. Measured on the
+        # 2-core lavapipe machine, fit_projectile: launch -> first step done 10.2 s with it, 6.8-7.3 s without.
         problem = cls(config)
         from sopt.config.files import dumps_toml
 
@@ -270,6 +275,7 @@ def cmd_resume(argv: list[str]) -> int:
 def cmd_problems(argv: list[str]) -> int:
     CommandParser(prog="sopt problems", description="List the problems sopt run knows: the built-in ones and those "
                   "installed packages register (entry point group sopt.problems).").parse_args(argv)
+    from sopt.config.schema import ConfigError
     from sopt.experiments.problem import problem_class, problem_names
     names = problem_names()
     width = max(len(n) for n in names)
@@ -288,6 +294,7 @@ def cmd_config(argv: list[str]) -> int:
     parser.add_argument("problem", metavar="PROBLEM")
     parser.add_argument("--json", action="store_true", help="plain JSON instead of documented TOML")
     args = parser.parse_args(argv)
+    from sopt.config.schema import ConfigError
     from sopt.experiments.problem import problem_class
     try:
         cls = problem_class(args.problem, "PROBLEM")
