@@ -307,9 +307,12 @@ def dummy_buffer() -> spy.Buffer:
 def prefetch_declared(idle_seconds: float = 2.0) -> threading.Thread:
     """Load the modules of every declared kernel's source on a background thread, those declared so far and those
     declared while it runs (a problem's modules declare theirs as it builds), until none has come for
-    ``idle_seconds``; returns the started thread. The Slang front end (parsing and checking a module, a large share
-    of a run's start) then overlaps with building the problem's data instead of delaying the first step; a first
-    launch waits only for the module it needs. Failures are left for the launch that needs the module to report."""
+    ``idle_seconds``; returns the started thread. Failures are left for the launch that needs the module to report.
+
+    It overlaps only with work that releases the GIL (file and network I/O, large numpy operations, waits for the
+    GPU): SlangPy holds the GIL while it loads a module (benchmarks/slangpy_gil.py), so beside Python work the
+    thread merely takes turns with it, and it loads every declared source, used or not. ``sopt run`` therefore does
+    not call it (fit_projectile's first step came 2.3 s later with it on a 2-core lavapipe machine)."""
     dev.get_device()   # opened here, on the caller's thread
 
     def load() -> None:
