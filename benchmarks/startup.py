@@ -13,9 +13,10 @@ What is measured (wall clock, from just before ``subprocess.Popen`` in this scri
 
 The run is then stopped with SIGTERM (it checkpoints and exits 0). A first run, not counted, warms the shader cache
 (``~/.cache/sopt``) and the file cache. ``--phases`` adds where the time goes: the same command with timestamps
-(from the same launch) taken inside the child when the interpreter starts, the imports are done, the config is
-validated, the device is open, the problem is built and its run folder made, env.json is written, ``Trainer.fit``
-starts and the first ``train_step`` returns. Each variant runs ``--runs`` times; the median and the minimum are
+(from the same launch) taken inside the child when the interpreter starts, the command's own imports are done (sopt
+and its cli; what a later phase imports counts in that phase), the config is validated, the device is open, the
+problem is built and its run folder made, env.json is written, ``Trainer.fit`` starts and the first ``train_step``
+returns. Each variant runs ``--runs`` times; the median and the minimum are
 printed. With ``--without-torch`` the same is measured with ``import torch`` made to fail in the child
 (``sys.modules["torch"] = None`` before sopt is imported): slangpy imports torch when it is installed, which costs
 1.5-2.5 s on a 2-core machine without a GPU, and which sopt's problems do not need.
@@ -45,17 +46,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 NO_TORCH = "import sys; sys.modules['torch'] = None; from sopt.experiments.cli import main; sys.exit(main())"
 # The sopt command with a timestamp (seconds since SOPT_STARTUP_LAUNCHED_NS) on stderr after each phase.
 PHASES = r"""
-import os, sys, time
+import importlib.abc, os, sys, time
 launched = int(os.environ["SOPT_STARTUP_LAUNCHED_NS"])
 def mark(name):
     print(f"PHASE {name}={(time.time_ns() - launched) / 1e9}", file=sys.stderr, flush=True)
 mark("interpreter")
 if os.environ.get("SOPT_STARTUP_NO_TORCH"):
     sys.modules["torch"] = None
-import sopt
-from sopt.experiments import cli, runner
-from sopt.train.trainer import Trainer
-mark("imports")
 def after(owner, attr, name, once=True):
     original = getattr(owner, attr)
     done = []
@@ -72,12 +69,34 @@ def before(owner, attr, name):
         mark(name)
         return original(*args, **kwargs)
     setattr(owner, attr, wrapped)
+# the runner and the Trainer are patched when the command imports them, so each import stays in the phase that
+# needs it ("imports" is the command's own: sopt and its cli)
+PATCHES = {"sopt.experiments.runner": lambda m: (before(m, "start", "problem built, run folder made"),
+                                                 after(m, "environment", "env.json")),
+           "sopt.train.trainer": lambda m: (before(m.Trainer, "fit", "first step starts"),
+                                            after(m.Trainer, "train_step", "first step done"))}
+class PatchOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in PATCHES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        load = spec.loader.exec_module
+        def exec_module(module):
+            load(module)
+            PATCHES[name](module)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, PatchOnImport())
+import sopt
+from sopt.experiments import cli
+mark("imports")
 after(cli, "load_run_config", "config validated")
 after(sopt, "get_device", "device open")
-before(runner, "start", "problem built, run folder made")
-after(runner, "environment", "env.json")
-before(Trainer, "fit", "first step starts")
-after(Trainer, "train_step", "first step done")
 sys.exit(cli.main())
 """
 
