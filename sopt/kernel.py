@@ -6,7 +6,8 @@ device and process and cached (and its compiled code by the device's disk cache)
 
     LINEAR_FORWARD = Function("nn/linear", "linear_forward")        # slang_lib/nn/linear.slang, declared
     forward = LINEAR_FORWARD.specialise("2,64", "ReLU")              # linear_forward<2,64,ReLU>, still declared
-    launch(forward, encoder, spy.grid((n,)), x, weights, y)          # loaded and compiled at this first launch
+    launch(forward, encoder, n=spy.grid((n,)), x=x, w=weights, y=y)  # by Slang parameter name; loaded and compiled
+                                                                     # at this first launch
 
     ADAM_STEP = Kernel("optim/adam", "adam_step")                     # a [shader("compute")] entry point
     ADAM_STEP.bind(ctl=ctl, hyper=hyper).set(arena=buffer).dispatch(threads, encoder)   # arguments by name
@@ -14,8 +15,9 @@ device and process and cached (and its compiled code by the device's disk cache)
 Two kinds, as SlangPy has them:
 
 * :class:`Function`: a Slang function called through SlangPy's functional API (vectorised over the call shape;
-  arguments are tensors, numbers, ``spy.grid``; positional or by the Slang parameter's name), launched now or
-  recorded into a command encoder by :func:`launch`; ``.backward`` is its SlangPy ``.bwds``.
+  arguments are tensors, numbers, ``spy.grid``, structs as dicts), launched now or recorded into a command encoder
+  by :func:`launch` with its arguments named after the Slang parameters (sopt's own kernels refuse positional
+  ones; a user's file keeps SlangPy's positional calls); ``.backward`` is its SlangPy ``.bwds``.
 * :class:`Kernel`: a ``[shader("compute")]`` entry point, generic ones specialised by Slang's specialisation
   arguments (values and types: ``Kernel("nn/fully_fused_mlp", "ffmlp_forward_kernel").specialise(2, 0, ...)``),
   bound to its arguments by name (:meth:`Kernel.bind`, a :class:`sopt.device.BoundKernel`: entry-point
@@ -190,9 +192,18 @@ class Function:
 
 
 def launch(function: Function, encoder: spy.CommandEncoder | None, *args: Any, **kwargs: Any) -> None:
-    """Run ``function`` now, or record it into ``encoder`` when given, with SlangPy's arguments (positional, or by
-    the Slang parameter's name); counted in :func:`sopt.device.dispatch_count`. Its first launch in a process
-    loads and compiles it, announced by :func:`sopt.device.compiling`."""
+    """Run ``function`` now, or record it into ``encoder`` when given, with its arguments named after the Slang
+    parameters (``launch(TAPE_FILL, enc, i=spy.grid((n,)), value=0.0, dst=t)`` for ``tape_fill(int i, float value,
+    RWTensor<float, 1> dst)``; a ``spy.grid`` goes by its parameter's name too, a struct as a dict of its fields);
+    counted in :func:`sopt.device.dispatch_count`. Its first launch in a process loads and compiles it, announced
+    by :func:`sopt.device.compiling`.
+
+    Positional arguments are refused (TypeError naming the function) for sopt's own kernels: those of
+    ``slang_lib`` and of ``.slang`` files inside the sopt package (a problem's kernels), whose call sites must
+    not depend on parameter order. A kernel of any other file (a user's :func:`sopt.load_module` function, an
+    example's own :class:`Function`) takes SlangPy's arguments as SlangPy does, positional or named."""
+    if args:   # the only per-launch cost of the rule: named launches never get here
+        _check_positional(function, len(args))
     dev.count_dispatch()
     device = dev.get_device()
     if function._device is device and function._launched:
@@ -208,6 +219,24 @@ def launch(function: Function, encoder: spy.CommandEncoder | None, *args: Any, *
         else:
             _run(node, encoder, args, kwargs)
     function._device, function._node, function._launched = device, node, True
+
+
+_SOPT_PACKAGE = pathlib.Path(__file__).resolve().parent
+_positional_allowed: dict[str, bool] = {}   # Source.key -> whether its functions may take positional arguments
+
+
+def _check_positional(function: Function, count: int) -> None:
+    """Raise TypeError when ``function`` is one of sopt's own kernels (``slang_lib``, or a file inside the sopt
+    package); other files (a user's module) may take positional arguments. The verdict is kept per source."""
+    source = function.source
+    allowed = _positional_allowed.get(source.key)
+    if allowed is None:
+        allowed = _positional_allowed[source.key] = (source.path is not None
+                                                     and not source.path.is_relative_to(_SOPT_PACKAGE)
+                                                     and not source.path.is_relative_to(dev.slang_lib_path()))
+    if not allowed:
+        raise TypeError(f"launch {function.label}: sopt's kernels take their arguments by the Slang parameter's "
+                        f"name (launch(f, encoder, i=spy.grid(...), x=...)), got {count} positional")
 
 
 def _run(node: FunctionNode, encoder: spy.CommandEncoder | None, args: tuple, kwargs: dict[str, Any]) -> None:

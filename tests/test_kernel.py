@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
+
 import numpy as np
+import pytest
 import slangpy as spy
 
 import sopt
@@ -14,11 +18,31 @@ def test_a_declared_function_loads_at_its_first_launch_once_and_counts_its_dispa
     assert fill._node is None   # declared: nothing loaded
     t = spy.Tensor.zeros(sopt.get_device(), (5,), "float")
     before = sopt.device.dispatch_count()
-    kernel.launch(fill, None, spy.grid((5,)), 2.5, t)
-    kernel.launch(kernel.Function("tape", "tape_fill"), None, spy.grid((5,)), -1.0, t)   # an equal declaration
+    kernel.launch(fill, None, i=spy.grid((5,)), value=2.5, dst=t)
+    kernel.launch(kernel.Function("tape", "tape_fill"), None, i=spy.grid((5,)), value=-1.0, dst=t)   # an equal one
     assert sopt.device.dispatch_count() - before == 2
     assert fill.load() is kernel.Function("tape", "tape_fill").load()   # one node per process
     np.testing.assert_array_equal(t.to_numpy(), np.full(5, -1.0, np.float32))
+
+
+def test_sopt_kernels_refuse_positional_arguments_and_a_user_file_keeps_them(tmp_path) -> None:
+    t = spy.Tensor.zeros(sopt.get_device(), (3,), "float")
+    before = sopt.device.dispatch_count()
+    problem_file = pathlib.Path(sopt.__file__).parent / "problems" / "fitting" / "scaled_parameter.slang"
+    for fill in (kernel.Function("tape", "tape_fill"),   # slang_lib
+                 kernel.Function(sopt.device.slang_lib_path() / "tape.slang", "tape_fill"),   # the same file by path
+                 kernel.Function(problem_file, "scaled_pull_gradient")):   # a problem's own kernel
+        refused = re.escape(fill.label) + r": .*by the Slang parameter's name.*got 3 positional"
+        with pytest.raises(TypeError, match=refused):
+            kernel.launch(fill, None, spy.grid((3,)), 4.0, t)
+        with pytest.raises(TypeError, match="got 1 positional"):   # one positional among named ones
+            kernel.launch(fill, None, spy.grid((3,)), value=4.0, dst=t)
+    assert sopt.device.dispatch_count() == before   # refused before anything was counted or recorded
+    user_file = tmp_path / "user_fill.slang"
+    user_file.write_text("import slangpy;\n"
+                         "void user_fill(int i, float value, RWTensor<float, 1> dst) { dst[i] = value; }\n")
+    kernel.launch(kernel.Function(user_file, "user_fill"), None, spy.grid((3,)), 4.0, t)   # SlangPy's positional call
+    np.testing.assert_array_equal(t.to_numpy(), np.full(3, 4.0, np.float32))
 
 
 def test_generic_arguments_name_the_specialisation_and_equal_declarations_are_one_kernel() -> None:
