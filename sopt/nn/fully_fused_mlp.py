@@ -36,8 +36,11 @@ zero). ``named_parameters()`` is that one Parameter (what optimisers and sopt.sa
 keep their layout); ``state_dict()`` / ``load_state_dict()`` instead give per-layer arrays named like an
 ``MLP``'s: ``"{k}.weight"`` (out, in) and ``"{k}.bias"`` for layer k, with k counted from 1 when a frequency
 encoding is fused (MLP's encoding is its module 0). Initialised like MLP (Kaiming for ReLU / LeakyReLU hidden
-layers, SIREN for Sine, torch.nn.Linear's default otherwise). Sizes: hidden_features and the padded
-in_features must be <= 64 (registers and groupshared tiles).
+layers, SIREN for Sine, torch.nn.Linear's default otherwise). Sizes: hidden_features and out_features
+must be <= 64 (registers and groupshared tiles); the (encoded) input width padded to 4 up to 512: above 64
+(tiny-cuda-nn accepts any width too), the first layer's product runs over its inputs in chunks of <= 64
+columns (each chunk's features encoded and weight columns staged in turn), and its backward pass is one
+dispatch per chunk.
 """
 
 from __future__ import annotations
@@ -64,7 +67,10 @@ from sopt.validation import check_bool, check_int
 NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile
 _MAX_BOUND = 8192  # bound kernels (and forward calls) remembered: a rollout calls the network once per step
-MAX_WIDTH = 64
+MAX_WIDTH = 64  # hidden and output features
+# the (encoded) input features padded to 4: above 64, the first layer runs in chunks of <= 64 input columns
+# (_chunk_width), inside the forward kernel and as one backward dispatch per chunk
+MAX_INPUT_WIDTH = 512
 _MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
 _SOURCE = "nn/fully_fused_mlp"
 _FORWARD = Kernel(_SOURCE, "ffmlp_forward_kernel")    # generic: ffmlp_forward's arguments
@@ -78,7 +84,7 @@ _ARG_BUFFERS = ("mlp_params4", "mlp_grads", "mlp_x", "mlp_saved", "mlp_y", "mlp_
                 "mlp_partials")
 _ARG_NUMBERS = ("n_rows", "n_pad", "params_off", "grads_off", "x_off", "y_off", "saved_off", "dy_off", "dy_row_stride",
                 "dy_col_stride", "dz_off", "dzp_off", "dx_off", "layer_param_off", "layer_z_row", "prev_z_row",
-                "n_groups", "top_param_off", "top_z_row", "partials_stride", "n_params")
+                "n_groups", "top_param_off", "top_z_row", "partials_stride", "n_params", "in_col")
 
 
 class _Launch:
@@ -107,7 +113,7 @@ class _Launch:
 
 
 class FullyFusedMLPConfig(ComponentConfig):
-    """A small MLP evaluated in fused kernels (sopt.nn.FullyFusedMLP; widths <= 64)."""
+    """A small MLP evaluated in fused kernels (sopt.nn.FullyFusedMLP; hidden widths <= 64, inputs <= 512)."""
 
     otype: Literal["FullyFusedMLP"] = "FullyFusedMLP"
     n_neurons: int = Field(64, ge=4, le=MAX_WIDTH, multiple_of=4, description="width of every hidden layer "
@@ -125,6 +131,16 @@ def _backward_groups(n: int) -> int:
 
 def _align4(n: int) -> int:
     return (n + 3) & ~3
+
+
+def _chunk_width(i4: int) -> int:
+    """Input columns per chunk of a first layer with i4 padded inputs: i4 itself up to 64, else the columns split
+    evenly into ceil(i4 / 64) chunks, rounded up to a multiple of 8 (so that the weight-gradient blocks stay
+    <= 8 inputs per thread; the last chunk's columns past i4 are zero). The same formula as ffmlp_forward's KW."""
+    if i4 <= TS:
+        return i4
+    chunks = -(-i4 // TS)
+    return (-(-i4 // chunks) + 7) & ~7
 
 
 def _samples_per_thread(c4: int) -> int:
@@ -159,7 +175,8 @@ class FullyFusedMLP(Module):
 
     Args:
         in_features, out_features: input and output widths.
-        hidden_features: width of every hidden layer (<= 64).
+        hidden_features: width of every hidden layer (<= 64); in_features (after a fused frequency encoding,
+            ``in_features * 2 * n_frequencies``) padded to 4 may be up to 512.
         hidden_layers: number of hidden layers L (>= 1).
         activation / output_activation: as for MLP: a name (case and underscores ignored, ``"None"`` for none),
             a dict ``{"otype": "LeakyReLU", "slope": 0.1}`` or an Activation; ``self.activation`` /
@@ -190,9 +207,13 @@ class FullyFusedMLP(Module):
                 raise ValueError(f"FullyFusedMLP n_frequencies must be <= 24, got {self.n_frequencies!r}")
         encoded = in_features * 2 * self.n_frequencies if self.n_frequencies else in_features
         self.encoded_features = encoded
-        if _align4(encoded) > MAX_WIDTH or hidden_features > MAX_WIDTH or out_features > MAX_WIDTH:
-            raise ValueError(f"FullyFusedMLP: the (encoded) input width padded to 4, hidden_features and out_features "
-                             f"must be <= {MAX_WIDTH}, got {encoded}, {hidden_features}, {out_features}")
+        if _align4(encoded) > MAX_INPUT_WIDTH:
+            raise ValueError(f"FullyFusedMLP: the (encoded) input width padded to 4 must be <= {MAX_INPUT_WIDTH} "
+                             f"(above {MAX_WIDTH}, the first layer runs in chunks of <= {MAX_WIDTH} inputs), got "
+                             f"{encoded}")
+        if hidden_features > MAX_WIDTH or out_features > MAX_WIDTH:
+            raise ValueError(f"FullyFusedMLP: hidden_features and out_features must be <= {MAX_WIDTH}, got "
+                             f"{hidden_features}, {out_features}")
         if hidden_features % 4:
             raise ValueError(f"FullyFusedMLP: hidden_features must be a multiple of 4, got {hidden_features}")
         act, out_act = (_make_activation(value, name) for name, value in (("activation", activation),
@@ -316,11 +337,12 @@ class FullyFusedMLP(Module):
                 continue
             act_o = out_act if j == L else act
             ft = int(self._fold_top and j == L - 1)
+            kw = _chunk_width(i_pad)   # i_pad but for a wide first layer: its backward runs chunk by chunk
             for want_dx in ((0, 1) if j == 0 else (1,)):
                 kernels[f"backward_{j}_{want_dx}"] = _BACKWARD.specialise(
-                    i_pad, i_log, raw, freqs, o, _align4(o), act_o, act, int(j == L), int(j == 0), want_dx,
-                    _samples_per_thread(i_pad), _inputs_per_thread(_align4(o), i_pad), ft, out, out4, out_act,
-                    int(self.deterministic))
+                    kw, i_log, raw, freqs, o, _align4(o), act_o, act, int(j == L), int(j == 0), want_dx,
+                    _samples_per_thread(kw), _inputs_per_thread(_align4(o), kw), ft, out, out4, out_act,
+                    int(self.deterministic), i_pad)
         if self.deterministic:
             kernels["reduce_partials"] = _REDUCE_PARTIALS
         return kernels
@@ -426,13 +448,17 @@ class FullyFusedMLP(Module):
             dzp = scratch[j % 2]
             want_dx = 1 if j > 0 else int(want_input_grad)
             dx = x.grad if want_input_grad else dzp
-            self._kernel(f"backward_{j}_{want_dx}", n, x, saved).set(
+            launch = self._kernel(f"backward_{j}_{want_dx}", n, x, saved).set(
                 mlp_params4=p.storage, params_off=p.offset, mlp_grads=g.storage, grads_off=g.offset,
                 mlp_dy=y.grad.storage, dy_off=y.grad.offset, dy_row_stride=self.out_features, dy_col_stride=1,
                 mlp_dz=dz_storage, dz_off=dz_off, mlp_dzp=dzp.storage, dzp_off=dzp.offset,
                 mlp_dx=dx.storage, dx_off=dx.offset, layer_param_off=self.layers[j][3], layer_z_row=h * j,
                 prev_z_row=h * (j - 1) if j > 0 else 0, n_groups=n_groups, top_param_off=self.layers[L][3],
-                top_z_row=h * L, **det_args).dispatch(n_groups * NT, encoder)
+                top_z_row=h * L, **det_args)
+            i_pad = self.layers[j][0]
+            kw = _chunk_width(i_pad)
+            for in_col in range(0, i_pad, kw):   # one dispatch but for a wide first layer, in column order
+                launch.set(in_col=in_col).dispatch(n_groups * NT, encoder)
         if self.deterministic:
             self._kernel("reduce_partials", n, x, saved).set(
                 mlp_grads=g.storage, grads_off=g.offset, n_groups=n_groups, n_params=self.params.size,

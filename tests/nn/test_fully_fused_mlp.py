@@ -57,6 +57,9 @@ def rel(a, b):
     (3, 2, 32, 3, 2, "relu", "none", 150),   # 4 samples per thread: float4 tile reads and stores
     (2, 16, 64, 3, 3, "relu", "none", 200),  # the benchmark's network: 8 samples x 4 columns per thread
     (2, 0, 60, 5, 2, "tanh", "none", 70),    # 60 = 4 x 15 inputs: weight-gradient blocks of 4 x 12
+    # issue 21, inputs above 64: the first layer in 2 chunks of 40 columns (the last 8 past the input padding);
+    (3, 12, 16, 3, 2, "relu", "none", 100),  # 72 encoded features: input 1's 24 features straddle the chunks
+    (70, 0, 8, 2, 1, "tanh", "none", 70),    # 70 raw inputs, no encoding
 ])
 @pytest.mark.parametrize("max_groups", [512, 1])
 def test_matches_float64_mlp(in_f, freqs, hidden, out_f, layers, act, out_act, n, max_groups, monkeypatch):
@@ -119,6 +122,8 @@ def test_bad_input_raises_before_gpu_work():
         m.forward(np.zeros((4, 2), np.float32))
     with pytest.raises(ValueError, match="hidden_features must be <= 64|must be <= 64"):
         FullyFusedMLP(2, 3, 128, 1)
+    with pytest.raises(ValueError, match=r"input width padded to 4 must be <= 512 .*got 600"):
+        FullyFusedMLP(600, 3, 8, 1)
     with pytest.raises(ValueError, match="activation must be one of"):
         FullyFusedMLP(2, 3, 8, 1, activation="gelu")
     with pytest.raises(ValueError, match="encoding must be None or"):
