@@ -31,7 +31,8 @@ input dimension (``--dims 2,3``) and batch (``--batches 14,18,20``):
   FullyFusedMLP 64 x 2 hidden ReLU -> 3 (sopt: ``Sequential(HashGridEncoding, FullyFusedMLP)``; PyTorch: the same
   hash grid written with tensor ops, ``torch_hashgrid_encode``, and ``nn.Linear`` layers);
 * ``frequency``: frequency encoding, 12 frequencies -> the same MLP (sopt: ``FullyFusedMLP`` with the encoding
-  fused; where its input would exceed 64 features, 3D: 72, the ``sopt.nn.MLP`` layers instead, labelled so).
+  fused; 3D: 72 features, whose first layer the fused kernels run in two chunks of columns; an input beyond
+  their 512 features would be timed on the ``sopt.nn.MLP`` layers instead, labelled so).
 
 PyTorch starts from sopt's initial table and weights, so both train the same function (their PSNR agree when the
 networks are the same). Data: 2D, the generated ``--size`` image (PSNR over every pixel); 3D, 2^21 random points
@@ -301,7 +302,7 @@ def sopt_field_network(network: str, dims: int, seed: int = 0) -> SoptField:
         try:
             model = FullyFusedMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed)
             label = "sopt"
-        except ValueError as e:   # the fused kernels take at most 64 input features; 3D x 24 = 72
+        except ValueError as e:   # the fused kernels take at most 512 input features
             print(f"  sopt frequency {dims}D: FullyFusedMLP refuses it ({e}); timing sopt.nn.MLP's layers instead")
             model = MLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed)
             label = "sopt layers"
