@@ -3,9 +3,11 @@ GPU; the tests compare them).
 
 A camera-to-world matrix ``c2w`` (4 x 4, or its top 3 x 4) maps camera coordinates to world coordinates; the camera
 looks along its -z axis with +y up (OpenGL's, Blender's). Pixel (px, py) (column, row from the top left corner) of a
-W x H image looks along camera-space ``((px + 1/2 - cx) / fx, -(py + 1/2 - cy) / fy, -1)``, with ``fx = fy =
-W / (2 tan(camera_angle_x / 2))`` and ``(cx, cy) = (W / 2, H / 2)`` from a horizontal field of view
-``camera_angle_x`` (radians), as NeRF's ``transforms_*.json`` give it.
+W x H image looks along camera-space ``((px + 1/2 - cx) / fx, -(py + 1/2 - cy) / fy, -1)`` through its centre, with
+``fx = fy = W / (2 tan(camera_angle_x / 2))`` and ``(cx, cy) = (W / 2, H / 2)`` from a horizontal field of view
+``camera_angle_x`` (radians), as NeRF's ``transforms_*.json`` give it; the point at fraction (ox, oy) in [0, 1)^2 of
+the pixel from its top left corner replaces the 1/2 with ox and oy (sub-pixel rays: the built-in scene's
+supersampled pixels, the training rays jittered inside their pixel).
 """
 
 from __future__ import annotations
@@ -60,12 +62,15 @@ class Cameras:
         return np.ascontiguousarray(self.c2w[:, :3, :4], np.float32).reshape(-1)
 
 
-def pixel_rays(cameras: Cameras, image: int) -> tuple[np.ndarray, np.ndarray]:
-    """(origins, directions), each (H W, 3) float64, of every pixel of view ``image`` in row-major order;
-    directions have unit length."""
+def pixel_rays(cameras: Cameras, image: int, offset: tuple[float, float] = (0.5, 0.5)
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(origins, directions), each (H W, 3) float64, of every pixel of view ``image`` in row-major order, through
+    the point ``offset`` = (ox, oy) (fractions of a pixel from its top left corner, default its centre) of each
+    pixel; directions have unit length."""
     w, h, f = cameras.width, cameras.height, cameras.focal
+    ox, oy = offset
     py, px = np.meshgrid(np.arange(h, dtype=np.float64), np.arange(w, dtype=np.float64), indexing="ij")
-    d = np.stack([(px + 0.5 - 0.5 * w) / f, -(py + 0.5 - 0.5 * h) / f, -np.ones_like(px)], axis=-1).reshape(-1, 3)
+    d = np.stack([(px + ox - 0.5 * w) / f, -(py + oy - 0.5 * h) / f, -np.ones_like(px)], axis=-1).reshape(-1, 3)
     m = cameras.c2w[image]
     d = d @ m[:3, :3].T
     d /= np.linalg.norm(d, axis=1, keepdims=True)

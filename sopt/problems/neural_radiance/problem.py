@@ -26,14 +26,14 @@ PREDICTION_FILE = "test_{:03d}.png"   # each held-out view as rendered at the en
 
 def load_views(config: NeuralRadianceConfig) -> tuple[Views, Views]:
     """(training views, held-out views) of ``config``: the built-in scene rendered at ``image_size`` from
-    ``train_views`` and ``test_views`` cameras, or the first frames of ``data``'s transforms_train.json and
-    transforms_test.json, downscaled to ``image_size``."""
+    ``train_views`` and ``test_views`` cameras (anti-aliased with ``supersample``), or the first frames of
+    ``data``'s transforms_train.json and transforms_test.json, downscaled to ``image_size``."""
     background = config.background_rgb
     if config.data is None:
         train_cams, test_cams = scene.builtin_cameras(config.train_views, config.test_views, config.image_size,
                                                       config.seed)
-        train_images, train_depth = scene.render(train_cams, background)
-        test_images, test_depth = scene.render(test_cams, background)
+        train_images, train_depth = scene.render(train_cams, background, config.supersample)
+        test_images, test_depth = scene.render(test_cams, background, config.supersample)
         return Views(train_images, train_cams, train_depth), Views(test_images, test_cams, test_depth)
     return (load_split(config.data, "train", background, config.image_size, config.train_views),
             load_split(config.data, "test", background, config.image_size, config.test_views))
@@ -42,10 +42,11 @@ def load_views(config: NeuralRadianceConfig) -> tuple[Views, Views]:
 class NeuralRadiance(Problem):
     """Fit a radiance field to posed images (see :class:`NeuralRadianceConfig` and the README).
 
-    Each step: ``rays_per_batch`` random pixels of the training views, their rays marched through the occupancy
-    grid (updated every ``occupancy.update_every`` steps first), the network at the samples, volume rendering,
-    the loss against the pixels' colours, all recorded on the tape in one command buffer. Every metrics step
-    renders the held-out views for ``psnr`` (mean over views, dB) and ``ssim`` (mean over views).
+    Each step: ``rays_per_batch`` random pixels of the training views (each ray through a random point of its pixel
+    with ``pixel_jitter``), their rays marched through the occupancy grid (updated every ``occupancy.update_every``
+    steps first), the network at the samples, volume rendering, the loss against the pixels' colours, all recorded
+    on the tape in one command buffer. Every metrics step renders the held-out views (a ray through each pixel's
+    centre) for ``psnr`` (mean over views, dB) and ``ssim`` (mean over views).
     """
 
     schema = NeuralRadianceConfig
@@ -64,7 +65,7 @@ class NeuralRadiance(Problem):
                                  "image_size)")
         self.field = RadianceField(config)
         self.model = self.field.model
-        self.rays = TrainingRays(self.train_views, config.rays_per_batch, config.seed)
+        self.rays = TrainingRays(self.train_views, config.rays_per_batch, config.seed, config.pixel_jitter)
         self.test_rays = CameraRays(self.test_views.cameras)
         self.loss_fn = build("loss", config.loss)
         self.optimizer = build("optimizer", config.optimizer, self.model.parameters())

@@ -52,12 +52,14 @@ class CameraRays:
 
 class TrainingRays:
     """The training views on the GPU; ``sample(step)`` -> (rays (R, 6), colours (R, 3)) of ``rays_per_batch``
-    pixels drawn uniformly (with replacement) from every pixel of every view, a pure function of (seed, step)."""
+    pixels drawn uniformly (with replacement) from every pixel of every view, a pure function of (seed, step); with
+    ``jitter`` each ray passes through a uniform random point of its pixel (the pixel's colour is the mean over its
+    area), else through its centre."""
 
-    def __init__(self, views: Views, rays_per_batch: int, seed: int) -> None:
+    def __init__(self, views: Views, rays_per_batch: int, seed: int, jitter: bool = False) -> None:
         if views.images.size // 3 > MAX_PIXELS:
             raise ValueError(f"TrainingRays: {views.images.size // 3} pixels, more than {MAX_PIXELS} (32-bit indices)")
-        self.views, self.rays_per_batch, self.seed = views, int(rays_per_batch), int(seed)
+        self.views, self.rays_per_batch, self.seed, self.jitter = views, int(rays_per_batch), int(seed), bool(jitter)
         self.cameras = CameraRays(views.cameras)
         self._pixels = spy.Tensor.from_numpy(get_device(), np.ascontiguousarray(views.images.reshape(-1)))
 
@@ -67,8 +69,8 @@ class TrainingRays:
 
         def forward(enc: spy.CommandEncoder) -> None:
             launch(_TRAINING_RAYS, enc, r=spy.grid((r,)), seed=self.seed, step=int(step) & 0xFFFFFFFF,
-                   cams=self.cameras.slang(), images=len(self.views), pixels=self._pixels, rays=tp.flat(rays),
-                   target=tp.flat(colours))
+                   jitter=int(self.jitter), cams=self.cameras.slang(), images=len(self.views), pixels=self._pixels,
+                   rays=tp.flat(rays), target=tp.flat(colours))
 
         tp.record("TrainingRays.sample", forward, None, writes=[rays, colours])
         return rays, colours

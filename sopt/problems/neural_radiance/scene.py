@@ -4,9 +4,16 @@ so that neural_radiance runs offline with known truth.
 Every shape is opaque and matte: a hit point's colour is ``albedo * (ambient + (1 - ambient) max(0, n . l))`` with
 the shape's outward normal n and a fixed light direction l, a function of position alone (no view dependence, so
 a radiance field without view direction can match it exactly). One box carries a checkerboard (two albedos by
-the parity of floor(p / checker) summed over the axes), fine detail for the hash grid. A pixel shows the nearest
-hit along its ray (cameras.pixel_rays), else the background; ``alpha`` is 1 on a hit and 0 elsewhere. The shapes
-lie in the cube [-0.9, 0.9]^3.
+the parity of floor(p / checker) summed over the axes), fine detail for the hash grid. A ray shows the nearest hit
+along it, else the background. The shapes lie in the cube [-0.9, 0.9]^3.
+
+A pixel is the mean of the rays through its area (a box filter, as a renderer's anti-aliased image or a camera's
+sensor): with ``supersample`` n > 1, a pixel on the border or whose 3 x 3 neighbourhood of pixel centres sees more
+than one surface (shape, box face, checker square or background: an edge may cross it) averages n x n rays on a
+regular sub-pixel grid; the others see one smooth surface and keep their centre's ray (within 0.01 of the n x n
+mean: 72-77 dB from it at 64 px, n = 4). One ray per pixel centre (n = 1) point-samples the edges: jaggies that no
+radiance field seen from other poses can predict (at 200 px the held-out views' centre rays are 30.3 dB from their
+16 x 16 average, about where the GPU config plateaued; 4 x 4 is 48 dB from it).
 """
 
 from __future__ import annotations
@@ -93,34 +100,79 @@ def _albedo(shape: Sphere | Box, p: np.ndarray) -> np.ndarray:
     return albedo
 
 
-def trace(origins: np.ndarray, directions: np.ndarray, shapes: tuple[Sphere | Box, ...] = SHAPES
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(colour (N, 3), hit (N,) bool, depth (N,), inf where missed) of rays (N, 3) with unit directions."""
-    o, d = np.asarray(origins, np.float64), np.asarray(directions, np.float64)
+def _trace_surfaces(o: np.ndarray, d: np.ndarray, shapes: tuple[Sphere | Box, ...]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(colour (N, 3), depth (N,) inf where missed, surface (N,) int64: -1 on a miss, else 16 x shape index +
+    2 x face (a box's 0..5, a sphere's 0) + checker parity, constant where the colour is smooth)."""
     best = np.full(len(o), np.inf)
     colour = np.zeros((len(o), 3))
-    for shape in shapes:
+    surface = np.full(len(o), -1, np.int64)
+    for index, shape in enumerate(shapes):
         t, normal = (_hit_sphere if isinstance(shape, Sphere) else _hit_box)(o, d, shape)
         nearer = t < best
         if not nearer.any():
             continue
         p = o[nearer] + t[nearer, None] * d[nearer]
-        shade = AMBIENT + (1.0 - AMBIENT) * np.maximum(normal[nearer] @ LIGHT, 0.0)
+        n = normal[nearer]
+        shade = AMBIENT + (1.0 - AMBIENT) * np.maximum(n @ LIGHT, 0.0)
         colour[nearer] = _albedo(shape, p) * shade[:, None]
         best[nearer] = t[nearer]
+        face = 0
+        if isinstance(shape, Box):   # the face's axis and side: box edges are colour discontinuities
+            axis = np.argmax(np.abs(n), axis=1)
+            face = 2 * axis + (n[np.arange(len(n)), axis] > 0.0)
+        parity = 0
+        if isinstance(shape, Box) and shape.checker > 0.0:
+            parity = np.floor(p / shape.checker).sum(axis=1).astype(np.int64) % 2
+        surface[nearer] = 16 * index + 2 * face + parity
+    return colour, best, surface
+
+
+def trace(origins: np.ndarray, directions: np.ndarray, shapes: tuple[Sphere | Box, ...] = SHAPES
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(colour (N, 3), hit (N,) bool, depth (N,), inf where missed) of rays (N, 3) with unit directions."""
+    colour, best, _ = _trace_surfaces(np.asarray(origins, np.float64), np.asarray(directions, np.float64), shapes)
     return colour, np.isfinite(best), best
 
 
-def render(cameras: Cameras, background: tuple[float, float, float]) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, H, W, 3) float32 composited on ``background``, depth (N, H, W) float32, inf where missed) of
-    every camera."""
+def _edge_pixels(surface: np.ndarray) -> np.ndarray:
+    """(H, W) bool: pixels whose 3 x 3 neighbourhood holds more than one surface id, and the border's pixels (their
+    outer side is unseen)."""
+    h, w = surface.shape
+    padded = np.pad(surface, 1, mode="edge")
+    edge = np.zeros((h, w), bool)
+    edge[0, :] = edge[-1, :] = edge[:, 0] = edge[:, -1] = True
+    for dy in range(3):
+        for dx in range(3):
+            edge |= padded[dy:dy + h, dx:dx + w] != surface
+    return edge
+
+
+def render(cameras: Cameras, background: tuple[float, float, float], supersample: int = 1
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, H, W, 3) float32 composited on ``background``, depth (N, H, W) float32 at each pixel's centre,
+    inf where missed) of every camera; ``supersample`` n: a pixel near an edge is the mean of n x n rays through
+    the points ((a + 1/2) / n, (b + 1/2) / n) of its area (the module docstring), 1: one ray through its centre."""
+    if supersample < 1:
+        raise ValueError(f"render: supersample must be >= 1, got {supersample}")
+    bg = np.asarray(background, np.float64)
+    h, w = cameras.height, cameras.width
     images, depths = [], []
     for i in range(len(cameras)):
         o, d = pixel_rays(cameras, i)
-        colour, hit, depth = trace(o, d)
-        colour = np.where(hit[:, None], colour, np.asarray(background, np.float64))
-        images.append(colour.reshape(cameras.height, cameras.width, 3))
-        depths.append(depth.reshape(cameras.height, cameras.width))
+        colour, depth, surface = _trace_surfaces(o, d, SHAPES)
+        colour = np.where(np.isfinite(depth)[:, None], colour, bg)
+        if supersample > 1:
+            edge = _edge_pixels(surface.reshape(h, w)).reshape(-1)
+            total = np.zeros((int(edge.sum()), 3))
+            for a in range(supersample):
+                for b in range(supersample):
+                    so, sd = pixel_rays(cameras, i, ((b + 0.5) / supersample, (a + 0.5) / supersample))
+                    sub, sub_depth, _ = _trace_surfaces(so[edge], sd[edge], SHAPES)
+                    total += np.where(np.isfinite(sub_depth)[:, None], sub, bg)
+            colour[edge] = total / supersample ** 2
+        images.append(colour.reshape(h, w, 3))
+        depths.append(depth.reshape(h, w))
     return np.stack(images).astype(np.float32), np.stack(depths).astype(np.float32)
 
 

@@ -71,6 +71,35 @@ def test_the_scene_renderer_is_exact_ray_intersection():
     assert distance.max() < 1e-4   # float32 depths of distances about 3
 
 
+
+def test_supersampled_pixels_average_the_rays_over_their_area():
+    """render(supersample=n) against the brute-force mean of n x n sub-pixel rays at every pixel: equal on the
+    pixels an edge may cross (the border and mixed neighbourhoods), within 0.01 elsewhere (smooth shading at the
+    centre ray); n = 1 is the centre rays."""
+    _, test = builtin_cameras(2, 1, 16, seed=0)
+    background = np.array([1.0, 1.0, 1.0])
+    centre, centre_depth = render(test, tuple(background))
+    o, d = pixel_rays(test, 0)
+    colour, hit, depth = trace(o, d)
+    np.testing.assert_allclose(centre[0].reshape(-1, 3), np.where(hit[:, None], colour, background), atol=1e-7)
+    n = 4
+    images, depths = render(test, tuple(background), supersample=n)
+    np.testing.assert_array_equal(depths, centre_depth)                  # depth stays the centre ray's
+    total = np.zeros((16 * 16, 3))
+    for a in range(n):
+        for b in range(n):
+            so, sd = pixel_rays(test, 0, ((b + 0.5) / n, (a + 0.5) / n))
+            sub, sub_hit, _ = trace(so, sd)
+            total += np.where(sub_hit[:, None], sub, background)
+    brute = (total / n**2).reshape(16, 16, 3)
+    gap = np.abs(images[0] - brute).max(axis=2)
+    assert gap.max() < 0.01
+    mixed = np.abs(brute - centre[0]).max(axis=2) > 0.05                 # pixels where aliasing shows
+    assert mixed.sum() >= 10
+    np.testing.assert_allclose(images[0][mixed], brute[mixed], atol=1e-6)
+    with pytest.raises(ValueError, match="supersample"):
+        render(test, tuple(background), supersample=0)
+
 def _fake_dataset(folder: pathlib.Path) -> None:
     """Two training frames and one test frame of 8 x 6 RGBA pixels; pixel (0, 0) half transparent red."""
     for split, count in (("train", 2), ("test", 1)):

@@ -31,7 +31,7 @@ def test_rays_match_numpy_and_training_rays_carry_their_pixels_colour():
     np.testing.assert_allclose(rays[:, :3], o[7:107], atol=1e-6)
     np.testing.assert_allclose(rays[:, 3:], d[7:107], atol=1e-6)
     images, _ = render(train, (1.0, 1.0, 1.0))
-    sampler = TrainingRays(Views(images, train), 64, seed=3)
+    sampler = TrainingRays(Views(images, train), 64, seed=3, jitter=False)
     drawn, colours = (t.to_numpy().reshape(64, -1) for t in sampler.sample(5))
     every = np.concatenate([np.concatenate(pixel_rays(train, i), axis=1) for i in range(3)])
     match = np.argmin(np.abs(every[None] - drawn[:, None]).sum(axis=2), axis=1)   # the pixel each ray is
@@ -40,6 +40,26 @@ def test_rays_match_numpy_and_training_rays_carry_their_pixels_colour():
     again = sampler.sample(5)[0].to_numpy().reshape(64, 6)
     np.testing.assert_array_equal(again, drawn)                       # a pure function of (seed, step)
     assert not np.array_equal(sampler.sample(6)[0].to_numpy().reshape(64, 6), drawn)
+
+
+def test_jittered_training_rays_pass_through_a_random_point_of_their_pixel():
+    train, _ = builtin_cameras(3, 1, 12, seed=0)
+    images, _ = render(train, (1.0, 1.0, 1.0))
+    sampler = TrainingRays(Views(images, train), 256, seed=3, jitter=True)
+    drawn, colours = (t.to_numpy().reshape(256, -1).astype(np.float64) for t in sampler.sample(5))
+    image = np.argmin(np.linalg.norm(drawn[:, None, :3] - train.c2w[None, :, :3, 3], axis=2), axis=1)
+    np.testing.assert_allclose(drawn[:, :3], train.c2w[image, :3, 3], atol=1e-6)
+    # back to the image plane: camera-space d = R^T d_world, x = cx + f d_x / -d_z, y = cy - f d_y / -d_z
+    d = np.einsum("nji,nj->ni", train.c2w[image, :3, :3], drawn[:, 3:])
+    x = 6.0 + train.focal * d[:, 0] / -d[:, 2]
+    y = 6.0 - train.focal * d[:, 1] / -d[:, 2]
+    px, py = np.floor(x).astype(int), np.floor(y).astype(int)
+    assert px.min() >= 0 and px.max() < 12 and py.min() >= 0 and py.max() < 12
+    np.testing.assert_array_equal(colours, images[image, py, px])      # the colour of the pixel the ray crosses
+    fx, fy = x - px, y - py                                            # uniform in [0, 1): mean 1/2, sd 0.29
+    assert abs(fx.mean() - 0.5) < 0.06 and abs(fy.mean() - 0.5) < 0.06
+    assert 0.24 < fx.std() < 0.34 and 0.24 < fy.std() < 0.34
+    np.testing.assert_array_equal(sampler.sample(5)[0].to_numpy().reshape(256, 6), drawn.astype(np.float32))
 
 
 def composite_reference(raw: np.ndarray, deltas: np.ndarray, samples: int, background: np.ndarray,

@@ -21,8 +21,9 @@ def test_a_short_run_learns_the_scene(tmp_path: pathlib.Path):
     assert all(0.0 < r["ssim"] <= 1.0 and r["psnr"] > 10.0 for r in logged)
     assert logged[1]["psnr"] > logged[0]["psnr"]
     summary = json.loads((out / "summary.json").read_text())
-    # untrained, the views show about 12 dB (the background); 160 steps of 512 rays give about 19 dB
-    assert summary["status"] == "finished" and summary["metrics"]["psnr"] > 17.0, summary
+    # untrained, the views show about 12 dB (the background); 160 steps of 512 rays give 23.6 dB on the anti-aliased
+    # views (18.9 dB with supersample=1: aliased edges cap it)
+    assert summary["status"] == "finished" and summary["metrics"]["psnr"] > 20.5, summary
     for name in ("views.png", "curves.png", "test_000.png", "test_001.png", "checkpoint.npz"):
         assert (out / name).is_file(), name
 
