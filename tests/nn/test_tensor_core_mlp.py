@@ -59,6 +59,25 @@ def _rel(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
 
 
+def _reference_through_states(layers, x, dy, states, act):
+    """float64 forward and backward of the network (W_j, b_j per layer), the backward taking act'(z_j) from
+    the given hidden outputs a_{j+1} (states[j], n x H) as the kernels do (ReLU: a > 0; tanh: 1 - a^2).
+    Returns (hidden outputs a_1..a_L, float64 pre-activation signs z_j > 0, dL/dx, [(dW_j, db_j)])."""
+    a, z_pos = [x.astype(np.float64)], []
+    for j, (w, b) in enumerate(layers[:-1]):
+        z = a[-1] @ w.T.astype(np.float64) + b
+        z_pos.append(z > 0)
+        a.append(np.maximum(z, 0.0) if act == "relu" else np.tanh(z))
+    d, grads = dy.astype(np.float64), []
+    for j in range(len(layers) - 1, -1, -1):
+        grads.insert(0, (d.T @ a[j], d.sum(0)))
+        d = d @ layers[j][0].astype(np.float64)
+        if j > 0:
+            s = states[j - 1].astype(np.float64)
+            d = d * ((s > 0) if act == "relu" else 1.0 - s * s)
+    return a[1:], z_pos, d, grads
+
+
 @pytest.mark.skipif("dev.device_kind() != 'cuda'")
 @pytest.mark.parametrize("in_f,hidden,layers,out_f,act,n", [(32, 64, 2, 3, "relu", 1000), (5, 16, 1, 20, "tanh", 300)])
 def test_matches_fully_fused_mlp_on_cuda(in_f, hidden, layers, out_f, act, n):
@@ -82,7 +101,29 @@ def test_matches_fully_fused_mlp_on_cuda(in_f, hidden, layers, out_f, act, n):
     weights, biases = pack_reference(ff.params.numpy(), in_f, hidden, layers, out_f)   # tcmlp_pack's output
     np.testing.assert_array_equal(tc._packed.to_numpy().view(np.float16).ravel(), weights)
     np.testing.assert_array_equal(tc._bias.to_numpy(), biases)
-    # half operands: ~1e-3 relative per product, a few products deep
-    assert _rel(y_tc, y_ff) < 1e-2
-    assert _rel(g_tc, g_ff) < 2e-2
-    assert _rel(dx_tc, dx_ff) < 2e-2
+    # half operands, float32 accumulation: ~5e-4 relative per product (numpy emulation of the kernels: 5.0e-4)
+    assert _rel(y_tc, y_ff) < 5e-3
+    # The saved half hidden outputs a_{j+1} (L x n_pad x H), from which the backward takes act'(z_j).
+    n_pad = -(-n // 128) * 128
+    states = tc._buffers[n]["saved"].to_numpy().view(np.float16).reshape(layers, n_pad, hidden)[:, :n]
+    w_b = tc.layer_slices()
+    hidden_ref, z_pos, dx_ref, grads_ref = _reference_through_states(w_b, x_np, dy_np, states, act)
+    for j in range(layers):
+        assert _rel(states[j], hidden_ref[j]) < 5e-3, j
+    # The gradients are those of the half-precision forward: exact (to half rounding) for its own activation
+    # states. A ReLU unit whose pre-activation is within the operands' rounding of 0 (|z| <~ 5e-4) can be on
+    # here and off in float32; such a sample's dL/dx then lacks (or gains) one unit's term W_0[h, :] dz_0[n, h],
+    # ~13% of max|dx| for 64 units (the first H100 run: 0.129 for the (32, 64, 2, 3) case, 13 of 1000 rows;
+    # the emulation gives the same 0.1289), and the batch sums dW_j, db_j of the hidden layers move by a few %.
+    # So dx and every layer's gradient are compared with float64 maths through the kernel's states (emulated:
+    # <= 6e-4), and dx with FullyFusedMLP on the rows where every unit is in the same state as in float64.
+    for j, ((dw_tc, db_tc), (dw_ref, db_ref)) in enumerate(zip(tc.layer_slices(g_tc), grads_ref, strict=True)):
+        assert _rel(dw_tc, dw_ref) < 5e-3, j
+        assert _rel(db_tc, db_ref) < 5e-3, j
+    assert _rel(dx_tc, dx_ref) < 5e-3
+    same_state = np.ones(n, bool)
+    if act == "relu":
+        for s, zp in zip(states, z_pos):
+            same_state &= ((s > 0) == zp).all(1)
+    assert same_state.sum() >= 0.95 * n   # emulated: 987 of 1000 rows
+    assert _rel(dx_tc[same_state], dx_ff[same_state]) < 5e-3
