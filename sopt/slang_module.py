@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import slangpy as spy
+from slangpy.core.calldata import CallData
+from slangpy.slangpy import SignatureBuilder
 
 from sopt import device as dev
 from sopt.kernel import Function, Source, launch
@@ -41,12 +43,22 @@ def _has_torch_tensor(args: tuple, kwargs: dict[str, Any]) -> bool:
     return any(isinstance(v, torch.Tensor) for v in list(args) + list(kwargs.values()))
 
 
+class _Binding(CallData):
+    """SlangPy's binding of a call's arguments (types, call dimensionality, the result's type) without its kernel:
+    the first half of ``CallData.build``, ~1-10 ms, where the whole build also generates and compiles a kernel
+    (0.1-0.3 s). The kernel is built once, by the launch, for the signature with ``_result``."""
+
+    def _try_build_shader(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 class SlangFunction:
     """One function of a :class:`SlangModule` (``mod.name``); call it like the Slang function."""
 
     def __init__(self, module: "SlangModule", name: str, function: Function) -> None:
         self.module, self.name, self._function = module, name, function
         self._backward = function.backward
+        self._bindings: dict[tuple[int, str], _Binding] = {}   # (id(node), SlangPy's argument signature) -> binding
 
     def _convert(self, value: Any, where: str, params: list[Parameter]) -> Any:
         if isinstance(value, Parameter):
@@ -100,8 +112,17 @@ class SlangFunction:
 
     def _result_shape(self, label: str, args: tuple, kwargs: dict[str, Any]) -> tuple[int, ...]:
         """Call shape (SlangPy's broadcast of the arguments) + the return type's element shape."""
+        # Bound once per argument signature (dtypes, dimensions, Python types: SlangPy's call-data cache key, less
+        # the function's), never built: a call-data build without _result would compile a kernel of its own
+        # beside the launch's (with _result), twice the first call's cost
         try:
-            call = self._function.load().debug_build_call_data(*args, **kwargs)
+            node = self._function.load()
+            signature = SignatureBuilder()
+            node._find_native_root()._native_cache.get_args_signature(signature, *args, **kwargs)
+            key = (id(node), signature.str)   # a node per device (sopt.kernel keeps each)
+            call = self._bindings.get(key)
+            if call is None:
+                call = self._bindings[key] = _Binding(node, *args, **kwargs)
             shape = call.runtime.calculate_call_shape(call.call_dimensionality, args, kwargs, call)
             result = call.debug_only_bindings.kwargs["_result"].vector_type
         except Exception as exc:
