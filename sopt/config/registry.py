@@ -63,21 +63,39 @@ class Entry:
 _REGISTRY: dict[str, dict[str, Entry]] = {}
 _SECTIONS: dict[str, type[StrictModel]] = {}   # family -> a one-field model validating a dict of that family
 
-# sopt's families and the modules whose import registers their components (a fixed list: no name from a config)
+# sopt's families and the modules whose import registers their components, in the order their otypes are listed
+# (a fixed list: no name from a config; the packages' own __init__s import nothing until a name is used)
 PROVIDERS: dict[str, tuple[str, ...]] = {
-    "optimizer": ("sopt.optim",),
-    "schedule": ("sopt.optim.lr_scheduler",),
-    "encoding": ("sopt.nn",),
-    "network": ("sopt.nn",),
-    "loss": ("sopt.losses",),
-    "simulator": ("sopt.sim",),
+    "optimizer": ("sopt.optim.adagrad", "sopt.optim.adam", "sopt.optim.adamw", "sopt.optim.lion", "sopt.optim.rmsprop",
+                  "sopt.optim.sgd"),
+    "schedule": ("sopt.optim.lr_scheduler.constant", "sopt.optim.lr_scheduler.exponential",
+                 "sopt.optim.lr_scheduler.step", "sopt.optim.lr_scheduler.warmup_cosine"),
+    "encoding": ("sopt.nn.frequency", "sopt.nn.hashgrid", "sopt.nn.identity"),
+    "network": ("sopt.nn.mlp", "sopt.nn.fully_fused_mlp"),
+    "loss": ("sopt.losses.regression",),
+    "simulator": ("sopt.sim.diffusion2d", "sopt.sim.nbody", "sopt.sim.projectile", "sopt.sim.spring_system",
+                  "sopt.sim.wave2d"),
 }
+_LOADED: set[str] = set()
 
 
 def _load(family: str) -> None:
-    """Import the sopt modules that register ``family``'s components (once; a no-op for other families)."""
-    for module in PROVIDERS.get(family, ()):
+    """Import the sopt modules that register ``family``'s components (once; a no-op for other families), and list
+    sopt's components in PROVIDERS' order whichever was imported first (a problem importing sopt.sim.projectile
+    registers Projectile before the family loads), any others after them in registration order."""
+    if family in _LOADED:
+        return
+    modules = PROVIDERS.get(family, ())
+    for module in modules:
         importlib.import_module(module)
+    entries = _REGISTRY.get(family)
+    if entries and modules:
+        rank = {module: i for i, module in enumerate(modules)}
+        ordered = sorted(entries.values(), key=lambda e: rank.get(e.component.__module__, len(modules)))
+        entries.clear()
+        entries.update((e.otype, e) for e in ordered)
+        _SECTIONS.pop(family, None)
+    _LOADED.add(family)
 
 
 def register(family: str, otype: str, config: type[StrictModel]) -> Callable[[T], T]:
@@ -126,7 +144,7 @@ def families() -> list[str]:
 
 
 def _family(family: str) -> dict[str, Entry]:
-    _load(family)   # cheap once imported (a sys.modules lookup)
+    _load(family)   # once per family
     entries = _REGISTRY.get(family)
     if entries is None:
         raise ValueError(f"unknown component family {family!r}; registered: {', '.join(families())}")

@@ -1,9 +1,25 @@
 """sopt.losses: loss functions that reduce on the GPU and seed the backward pass (kernels in slang_lib/losses/);
-registered in the ``"loss"`` family of :mod:`sopt.config.registry` (otypes L2, L1, Huber, RelativeL2)."""
+registered in the ``"loss"`` family of :mod:`sopt.config.registry` (otypes L2, L1, Huber, RelativeL2). Names load
+on first use (:mod:`sopt.lazy_exports`)."""
 
-from sopt.losses.regression import (HuberConfig, HuberLoss, L1Config, L1Loss, L2Config, Loss, MSELoss, RelativeL2Config,
-                                   RelativeL2Loss)
-from sopt.losses.value import LossValue
+from __future__ import annotations
 
-__all__ = ["HuberConfig", "HuberLoss", "L1Config", "L1Loss", "L2Config", "Loss", "LossValue", "MSELoss", "RelativeL2Config",
-           "RelativeL2Loss"]
+from typing import TYPE_CHECKING
+
+from sopt.lazy_exports import lazy_exports
+
+_EXPORTS = {
+    "HuberConfig": "sopt.losses.regression", "HuberLoss": "sopt.losses.regression",
+    "L1Config": "sopt.losses.regression", "L1Loss": "sopt.losses.regression", "L2Config": "sopt.losses.regression",
+    "Loss": "sopt.losses.regression",
+    "LossValue": "sopt.losses.value", "MSELoss": "sopt.losses.regression",
+    "RelativeL2Config": "sopt.losses.regression", "RelativeL2Loss": "sopt.losses.regression",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from sopt.losses.regression import (HuberConfig, HuberLoss, L1Config, L1Loss, L2Config, Loss, MSELoss,
+                                        RelativeL2Config, RelativeL2Loss)
+    from sopt.losses.value import LossValue

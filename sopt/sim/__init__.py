@@ -1,19 +1,38 @@
 """Differentiable simulators (kernels in slang_lib/sim/): one interface, :class:`Simulator`, stepping a
 :class:`State`; every physical parameter and the initial state may be a trainable :class:`sopt.Parameter`.
 Each is registered in the ``"simulator"`` family of :mod:`sopt.config.registry` with a config of its constant
-physical parameters and dt (the initial state and geometry are build arguments)."""
+physical parameters and dt (the initial state and geometry are build arguments).
 
-from sopt.sim.coefficient import Coefficient
-from sopt.sim.diffusion2d import Diffusion2D, Diffusion2DConfig
-from sopt.sim.fused_steps import FusedSteps
-from sopt.sim.nbody import NBody, NBodyConfig
-from sopt.sim.projectile import Projectile, ProjectileConfig
+Names load on first use (:mod:`sopt.lazy_exports`): ``from sopt.sim import Projectile`` imports no other
+simulator."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sopt.lazy_exports import lazy_exports
+# the names of sopt.sim.rollout's own module: imported here, as rollout's first import makes sopt.sim.rollout the module
 from sopt.sim.rollout import Plan, RolloutResult, plan, rollout
-from sopt.sim.simulator import Simulator
-from sopt.sim.spring_system import SpringSystem, SpringSystemConfig
-from sopt.sim.state import State
-from sopt.sim.wave2d import Wave2D, Wave2DConfig
 
-__all__ = ["Coefficient", "Diffusion2D", "Diffusion2DConfig", "FusedSteps", "NBody", "NBodyConfig", "Plan",
-           "Projectile", "ProjectileConfig", "RolloutResult", "Simulator", "SpringSystem", "SpringSystemConfig",
-           "State", "Wave2D", "Wave2DConfig", "plan", "rollout"]
+_EXPORTS = {
+    "Coefficient": "sopt.sim.coefficient", "Diffusion2D": "sopt.sim.diffusion2d",
+    "Diffusion2DConfig": "sopt.sim.diffusion2d", "FusedSteps": "sopt.sim.fused_steps", "NBody": "sopt.sim.nbody",
+    "NBodyConfig": "sopt.sim.nbody", "Projectile": "sopt.sim.projectile", "ProjectileConfig": "sopt.sim.projectile",
+    "Simulator": "sopt.sim.simulator", "SpringSystem": "sopt.sim.spring_system",
+    "SpringSystemConfig": "sopt.sim.spring_system", "State": "sopt.sim.state", "Wave2D": "sopt.sim.wave2d",
+    "Wave2DConfig": "sopt.sim.wave2d",
+}
+
+__all__ = sorted([*_EXPORTS, "Plan", "RolloutResult", "plan", "rollout"])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from sopt.sim.coefficient import Coefficient
+    from sopt.sim.diffusion2d import Diffusion2D, Diffusion2DConfig
+    from sopt.sim.fused_steps import FusedSteps
+    from sopt.sim.nbody import NBody, NBodyConfig
+    from sopt.sim.projectile import Projectile, ProjectileConfig
+    from sopt.sim.simulator import Simulator
+    from sopt.sim.spring_system import SpringSystem, SpringSystemConfig
+    from sopt.sim.state import State
+    from sopt.sim.wave2d import Wave2D, Wave2DConfig
