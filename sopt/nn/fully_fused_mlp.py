@@ -238,7 +238,6 @@ class FullyFusedMLP(Module):
         self.hidden_features, self.hidden_layers = hidden_features, hidden_layers
         self.activation_module, self.output_activation_module = act, out_act
         self.activation, self.output_activation = activation_key(act), activation_key(out_act)
-        self.training = True
         # (padded in, logical in, out, offset) per layer
         self.layers: list[tuple[int, int, int, int]] = []
         offset = 0
@@ -482,10 +481,3 @@ class FullyFusedMLP(Module):
                 **det_args).dispatch(self.params.size, encoder)
         if own:
             dev.submit(encoder)
-
-    def train(self, mode: bool = True) -> "FullyFusedMLP":
-        self.training = mode
-        return self
-
-    def eval(self) -> "FullyFusedMLP":
-        return self.train(False)

@@ -58,6 +58,16 @@ class IncompatibleKeys(NamedTuple):
 class Module:
     in_features: int | None
     out_features: int | None
+    training: bool = True   # torch's flag: modules that save activations for backward only do so while training
+
+    def train(self, mode: bool = True) -> "Module":
+        """Training mode (``mode``) or evaluation mode; returns the module, as torch's ``train`` does."""
+        self.training = mode
+        return self
+
+    def eval(self) -> "Module":
+        """Evaluation mode: ``train(False)``."""
+        return self.train(False)
 
     def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         raise NotImplementedError

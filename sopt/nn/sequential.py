@@ -62,6 +62,13 @@ class Sequential(Module):
     def __iter__(self) -> Iterator[Module]:
         return iter(self.modules)
 
+    def train(self, mode: bool = True) -> "Sequential":
+        """Training or evaluation mode for this container and every module in it (torch's semantics)."""
+        self.training = mode
+        for m in self.modules:
+            m.train(mode)
+        return self
+
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         seen: set[int] = set()
         for i, m in enumerate(self.modules):

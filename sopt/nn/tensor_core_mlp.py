@@ -161,7 +161,6 @@ class TensorCoreMLP(Module):
         self.activation_module, self.output_activation_module = act, out_act
         self.activation, self.output_activation = activation_key(act), activation_key(out_act)
         self.loss_scale = float(loss_scale)
-        self.training = True
         self.layers, _ = flat_layout(in_features, hidden_features, hidden_layers, out_features)
         self.params = Parameter(initial_flat(in_features, hidden_features, hidden_layers, out_features, act, out_act,
                                              seed), name="params")
@@ -265,10 +264,3 @@ class TensorCoreMLP(Module):
                                         n_groups=groups).dispatch(groups * NT, encoder)
         if own:
             dev.submit(encoder)
-
-    def train(self, mode: bool = True) -> "TensorCoreMLP":
-        self.training = mode
-        return self
-
-    def eval(self) -> "TensorCoreMLP":
-        return self.train(False)

@@ -81,3 +81,15 @@ def test_rejects_mismatched_or_repeated_modules():
         Sequential()
     with pytest.raises(ValueError, match="must be a sopt.nn Module"):
         Sequential(Linear(2, 2), "relu")
+
+
+def test_train_and_eval_reach_every_module_in_the_container():
+    from sopt.nn import FullyFusedMLP, Linear
+    inner = FullyFusedMLP(4, 3, 8, 1)
+    first = Linear(2, 4)
+    model = Sequential(first, inner)
+    assert model.eval() is model
+    assert (model.training, first.training, inner.training) == (False, False, False)
+    model.train()
+    assert (model.training, first.training, inner.training) == (True, True, True)
+    assert inner.eval() is inner and not inner.training and model.training
