@@ -397,21 +397,30 @@ class BoundKernel:
         """Write arguments by name: uniform entry-point parameters, or else module-level shader parameters.
 
         A value identical to the last one written (the same object, or an equal number) is skipped; a dict
-        (a struct) writes only the members that changed.
+        (a struct) with the keys it was bound with writes only the members that changed (:meth:`set_members`).
         """
         for name, value in vars.items():
             old = self._values.get(name, _UNSET)
-            if old is value or (isinstance(value, (int, float)) and type(old) is type(value) and old == value):
+            if _unchanged(old, value):
                 continue
             if isinstance(value, dict) and isinstance(old, dict) and old.keys() == value.keys():
-                for member, v in value.items():
-                    o = old[member]
-                    if not (o is v or (isinstance(v, (int, float)) and type(o) is type(v) and o == v)):
-                        self._field(name, member).write(v)
-                self._values[name] = dict(value)
+                self.set_members(name, **value)
                 continue
             self._field(name).write(value)
             self._values[name] = dict(value) if isinstance(value, dict) else value
+        return self
+
+    def set_members(self, name: str, **members: Any) -> "BoundKernel":
+        """Write some members of the struct argument ``name`` (bound before as a dict holding every member), only
+        those that changed; a member the struct was not bound with is refused before anything is written."""
+        values = self._values.get(name)
+        if not isinstance(values, dict) or members.keys() - values.keys():
+            known = sorted(values) if isinstance(values, dict) else []
+            raise KeyError(f"{name} has no member(s) {sorted(members.keys() - set(known))} (bound: {known})")
+        for member, v in members.items():
+            if not _unchanged(values[member], v):
+                self._field(name, member).write(v)
+                values[member] = v
         return self
 
     def dispatch(self, threads: int, encoder: spy.CommandEncoder | None = None) -> None:
@@ -430,6 +439,11 @@ class BoundKernel:
 
 
 _UNSET = object()
+
+
+def _unchanged(old: Any, new: Any) -> bool:
+    """Whether writing ``new`` over ``old`` would change nothing: the same object, or an equal number."""
+    return old is new or (isinstance(new, (int, float)) and type(old) is type(new) and old == new)
 
 
 def count_dispatch(n: int = 1) -> None:

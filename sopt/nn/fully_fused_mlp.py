@@ -90,42 +90,29 @@ _ARG_NUMBERS = ("n_rows", "n_pad", "params_off", "grads_off", "x_off", "y_off", 
 class _Launch:
     """A fully_fused_mlp.slang kernel bound to its one argument struct ``args`` (FFMLPArgs), set by member name.
 
-    Its BoundKernel is written by this object alone: :meth:`set` compares each given member with the value last
-    written and writes only the changed ones, through a cursor per member (kept). A whole-struct
-    ``BoundKernel.set(args=...)`` would compare and copy all ~34 members on every call: ~5 us of host time per
-    set on the 2-core lavapipe machine, ~40 us of a fused network's training step (7 sets)."""
+    Bound once with every member (unread ones: a dummy buffer, zero); :meth:`set` writes only the members given
+    that changed (``BoundKernel.set_members``), where a whole-struct ``BoundKernel.set(args=...)`` would compare
+    all ~34 members on every call (~5 us of host time per set on the 2-core lavapipe machine, ~40 us of a fused
+    network's training step)."""
 
-    __slots__ = ("bound", "args", "_cursors")
+    __slots__ = ("bound",)
 
     def __init__(self, kernel: Kernel, **members: Any) -> None:
-        self.args: dict[str, Any] = {name: dummy_buffer() for name in _ARG_BUFFERS}
-        self.args.update({name: 0 for name in _ARG_NUMBERS})
-        self.args.update(act_p=spy.float2(0.0, 0.0), out_act_p=spy.float2(0.0, 0.0))
-        self.args.update(members)
-        self.bound = kernel.bind(args=self.args)
-        self._cursors: dict[str, spy.ShaderCursor] = {}
+        args: dict[str, Any] = {name: dummy_buffer() for name in _ARG_BUFFERS}
+        args.update({name: 0 for name in _ARG_NUMBERS})
+        args.update(act_p=spy.float2(0.0, 0.0), out_act_p=spy.float2(0.0, 0.0))
+        args.update(members)
+        self.bound = kernel.bind(args=args)
 
     def set(self, **members: Any) -> "_Launch":
         """Set members of ``args`` (unknown names are refused: a misspelt one would bind nothing)."""
-        args = self.args
-        for name, value in members.items():
-            old = args.get(name, _UNKNOWN)
-            if old is value or (isinstance(value, (int, float)) and type(old) is type(value) and old == value):
-                continue
-            if old is _UNKNOWN:
-                raise KeyError(f"FFMLPArgs has no member(s) {sorted(members.keys() - args.keys())}")
-            cursor = self._cursors.get(name)
-            if cursor is None:
-                cursor = self._cursors[name] = self.bound._field("args", name)
-            cursor.write(value)
-            args[name] = value
+        self.bound.set_members("args", **members)
         return self
 
     def dispatch(self, threads: int, encoder: spy.CommandEncoder | None = None) -> None:
         self.bound.dispatch(threads, encoder)
 
 
-_UNKNOWN = object()
 
 
 class FullyFusedMLPConfig(ComponentConfig):
