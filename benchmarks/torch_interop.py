@@ -13,6 +13,9 @@ Per network and batch, in one process on one GPU:
   ``F.mse_loss``, ``loss.backward()``, ``torch.optim.Adam`` (foreach) ``step``, ``zero_grad``;
 * ``torch+sopt-adam``: the same loop with ``sopt.optim.Adam(net.parameters(), lr=1e-2)`` (sopt's one-dispatch
   step over the arena the TorchModule's parameters view).
+* with ``--floor``, ``floor+torch-adam``: the torch-Adam loop with the TorchModule replaced by a module of the same
+  parameters whose call does no work (zeros made once, through a torch.autograd.Function): what the loop costs
+  torch itself, the least any torch binding of the network could take in an eager loop.
 
 With ``--cuda-graph``, also ``torch+torch-adam+graph``: the torch-Adam step (``capturable=True``) captured once
 in a CUDA graph (``torch.cuda.graph``) and replayed, which works only if every sopt submission in the step is
@@ -87,9 +90,44 @@ def run_native(kind: str, coords: np.ndarray, targets: np.ndarray, batch: int, s
     return {"variant": "native", "ms_per_step": per_step * 1e3, "host_ms_per_step": host * 1e3, "final_loss": loss}
 
 
+class _FloorCall(torch.autograd.Function):
+    """The torch side of a TorchModule call and nothing else: an output and gradients for the input and every
+    parameter (zeros made once, so no GPU work), through torch's autograd as a TorchModule's call goes."""
+
+    @staticmethod
+    def forward(ctx: Any, owner: "FloorModule", x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        ctx.owner = owner
+        return owner.out
+
+    @staticmethod
+    def backward(ctx: Any, gy: torch.Tensor) -> tuple[Any, ...]:
+        return (None, ctx.owner.gx, *ctx.owner.gparams)
+
+
+class FloorModule(torch.nn.Module):
+    """A TorchModule's parameters (same names and shapes) behind :class:`_FloorCall`: what the torch loop costs
+    with sopt's part taking no time at all (issue 22's floor for any torch binding)."""
+
+    def __init__(self, like: torch.nn.Module, batch: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.names = [name for name, _ in like.named_parameters()]
+        self.params = torch.nn.ParameterList([torch.nn.Parameter(p.detach().clone()) for p in like.parameters()])
+        device = self.params[0].device
+        self.out = torch.zeros((batch, out_features), device=device)
+        self.gx = torch.zeros((batch, in_features), device=device)
+        self.gparams = [torch.zeros_like(p) for p in self.params]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FloorCall.apply(self, x, *self.params)
+
+
 def run_torch_loop(kind: str, optimiser: str, coords: torch.Tensor, targets: torch.Tensor, batch: int, steps: int,
-                   warmup: int) -> dict:
+                   warmup: int, floor: bool = False) -> dict:
+    """The torch loop over ``TorchModule(network(kind))``; with ``floor``, over a :class:`FloorModule` of the same
+    parameters instead (torch's own cost of the loop)."""
     net = sopt.torch.TorchModule(network(kind))
+    if floor:
+        net = FloorModule(net, batch, coords.shape[1], targets.shape[1])
     opt = torch.optim.Adam(net.parameters(), lr=1e-2) if optimiser == "torch" else Adam(net.parameters(), lr=1e-2)
     generator = torch.Generator(device=coords.device).manual_seed(0)
     last: list[torch.Tensor] = []
@@ -103,7 +141,7 @@ def run_torch_loop(kind: str, optimiser: str, coords: torch.Tensor, targets: tor
         last[:] = [loss]
 
     per_step, host = timed(step, torch.cuda.synchronize, steps, warmup)
-    return {"variant": f"torch+{optimiser}-adam", "ms_per_step": per_step * 1e3, "host_ms_per_step": host * 1e3,
+    return {"variant": f"{'floor' if floor else 'torch'}+{optimiser}-adam", "ms_per_step": per_step * 1e3, "host_ms_per_step": host * 1e3,
             "final_loss": float(last[0].item())}
 
 
@@ -169,6 +207,9 @@ def main() -> None:
     parser.add_argument("--cuda-graph", action="store_true",
                         help="also time the torch-Adam step captured in a CUDA graph (run it separately: a failed "
                              "capture may leave the CUDA context unusable)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the torch loop with sopt's part replaced by nothing (FloorModule: the same "
+                             "parameters, zero outputs and gradients made once): torch's own cost per step")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmarks/torch_interop.py times the CUDA path: it needs torch with CUDA and an NVIDIA GPU")
@@ -187,6 +228,9 @@ def main() -> None:
             native = run_native(kind, coords, image, batch, args.steps, args.warmup)
             results = [native] + [run_torch_loop(kind, o, coords_t, targets_t, batch, args.steps, args.warmup)
                                   for o in ("torch", "sopt")]
+            if args.floor:
+                results.append(run_torch_loop(kind, "torch", coords_t, targets_t, batch, args.steps, args.warmup,
+                                              floor=True))
             if args.cuda_graph:
                 results.append(run_torch_graph(kind, coords_t, targets_t, batch, args.steps, args.warmup))
             for r in results:
