@@ -127,7 +127,8 @@ class FusedSpringSteps:
         self._topology = dev.get_device().create_buffer(
             size=4 * packed.size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
             data=packed)
-        self._kernels = SteppingDispatch("steps_args", _ARG_FIELDS, "steps_barrier", steps_topology=self._topology)
+        self._kernels = SteppingDispatch("steps_args", _ARG_FIELDS, "steps_barrier", param="call", buffers=_BUFFERS,
+                                         steps_topology=self._topology)
         self._scratch: spy.Tensor | None = None      # adjoint: G (N, 2 dim), dL/dF (2, N, dim), partial sums (G, 8)
         self._ping_pong: spy.Tensor | None = None    # outside a tape: two states
 
@@ -248,11 +249,19 @@ class FusedSpringSteps:
         return out
 
 
-# the StepsArgs struct of spring_system_steps.slang
+# the StepsArgs struct of spring_system_steps.slang (the member steps_args of the kernels' argument, SpringSteps call)
 _ARG_FIELDS = (
     "n_particles", "n_steps", "rows", "parts", "save", "groups", "incident_at", "pinned_at", "dt", "ground",
     "has_ground", "x_in", "v_in", "x_out", "v_out", "saved", "scratch", "stiffness", "stiffness_stride", "damping",
     "damping_stride", "rest_length", "rest_length_stride", "mass", "mass_stride", "gravity", "gx_out", "gv_out",
     "gx_in", "want_x", "gv_in", "want_v", "g_stiffness", "stiffness_mode", "g_damping", "damping_mode",
     "g_rest_length", "rest_length_mode", "g_mass", "mass_mode", "g_gravity", "gravity_mode",
+)
+
+# the buffer members of SpringSteps (spring_system_steps.slang)
+_BUFFERS = (
+    "steps_topology", "steps_stiffness", "steps_damping", "steps_rest_length", "steps_mass", "steps_gravity",
+    "steps_x_in", "steps_v_in", "steps_x_out", "steps_v_out", "steps_saved", "steps_scratch", "steps_gx_out",
+    "steps_gv_out", "steps_gx_in", "steps_gv_in", "steps_g_stiffness", "steps_g_damping", "steps_g_rest_length",
+    "steps_g_mass", "steps_g_gravity", "steps_barrier",
 )
