@@ -65,7 +65,7 @@ class Diffusion2DGridSteps:
         self.sim = sim
         H, W = sim.grid.shape
         self.layout = layout(H * W, max_groups())
-        self._kernels = SteppingDispatch("heat_args", _ARG_FIELDS, "heat_barrier")
+        self._kernels = SteppingDispatch("heat_args", _ARG_FIELDS, "heat_barrier", param="call", buffers=_BUFFERS)
 
     def fits(self) -> bool:
         """Whether :meth:`run` applies here: by default on CUDA, for a grid of GRID_MIN_CELLS to 8 T
@@ -117,10 +117,8 @@ class Diffusion2DGridSteps:
                     "u_held": 0 if held is None else int(held.offset)}
 
         def forward(enc: spy.CommandEncoder) -> None:
-            values, buffers = coefficients()
-            unused = {name: dummy_buffer() for name in ("heat_g_last", "heat_scratch", "heat_g_first",
-                                                         "heat_kappa_grad", "heat_source_grad")}
-            self._dispatch("forward", enc, {**base, **offsets(), **values}, {**arrays, **buffers, **unused})
+            values, buffers = coefficients()   # the adjoint's buffers: a dummy buffer (SteppingDispatch)
+            self._dispatch("forward", enc, {**base, **offsets(), **values}, {**arrays, **buffers})
 
         if not keep:
             tp.record("Diffusion2D.steps", forward, None, writes=[u_end])
@@ -148,7 +146,11 @@ class Diffusion2DGridSteps:
         return out
 
 
-# the HeatStepsArgs struct of diffusion2d_grid_steps.slang
+# the HeatStepsArgs struct of diffusion2d_grid_steps.slang (the member heat_args of the kernels' argument, HeatSteps call)
 _ARG_FIELDS = ("H", "W", "dirichlet", "boundary_value", "r", "dt", "n_steps", "held_slots", "groups", "u_first",
                "u_held", "u_last", "kappa", "kappa_stride", "source", "source_stride", "g_last", "scratch",
                "g_first", "want_g_first", "kappa_grad", "kappa_grad_mode", "source_grad", "source_grad_mode")
+
+# the buffer members of HeatSteps (diffusion2d_grid_steps.slang)
+_BUFFERS = ("heat_u_first", "heat_u_held", "heat_u_last", "heat_kappa", "heat_source", "heat_g_last", "heat_scratch",
+            "heat_g_first", "heat_kappa_grad", "heat_source_grad", "heat_barrier")
