@@ -1,4 +1,4 @@
-"""Start-up of ``sopt run``: the time from launching the process to its first training step, shader cache warm.
+"""Start-up of ``sopt run``: the time from launching the process to its first training step, caches warm.
 
 What is measured (wall clock, from just before ``subprocess.Popen`` in this script):
 
@@ -12,12 +12,15 @@ What is measured (wall clock, from just before ``subprocess.Popen`` in this scri
 * ``first step done``   -- until that first record is written (step 1 done, its loss read back from the GPU).
 
 The run is then stopped with SIGTERM (it checkpoints and exits 0). A first run, not counted, warms the shader cache
-(``~/.cache/sopt``) and the file cache. ``--phases`` adds where the time goes: the same command with timestamps
-(from the same launch) taken inside the child when the interpreter starts, the command's own imports are done (sopt
-and its cli; what a later phase imports counts in that phase), the config is validated, the device is open, the
-problem is built and its run folder made, env.json is written, ``Trainer.fit`` starts and the first ``train_step``
-returns. Each variant runs ``--runs`` times; the median and the minimum are
-printed. With ``--without-torch`` the same is measured with ``import torch`` made to fail in the child
+(``~/.cache/sopt``), the file cache and Python's bytecode cache: every child writes and reads its ``.pyc`` files in a
+folder of its own (``PYTHONPYCACHEPREFIX``, with ``PYTHONDONTWRITEBYTECODE`` unset), as an installed package has
+them, so a checkout run with ``PYTHONDONTWRITEBYTECODE=1`` does not compile sopt's ~80 modules from source at every
+launch (0.2 s on a 2-core machine) while the floor's slangpy loads its compiled ones. ``--phases`` adds where the
+time goes: the same command with timestamps (from the same launch) taken inside the child when the interpreter
+starts, the command's own imports are done (sopt and its cli; what a later phase imports counts in that phase), the
+config is validated, the device is open, the problem is built and its run folder made, env.json is written,
+``Trainer.fit`` starts and the first ``train_step`` returns. Each variant runs ``--runs`` times; the median and the
+minimum are printed. With ``--without-torch`` the same is measured with ``import torch`` made to fail in the child
 (``sys.modules["torch"] = None`` before sopt is imported): slangpy imports torch when it is installed, which costs
 1.5-2.5 s on a 2-core machine without a GPU, and which sopt's problems do not need.
 
@@ -106,10 +109,18 @@ def _python(without_torch: bool) -> list[str]:
     return [sys.executable, "-c", NO_TORCH] if without_torch else [sys.executable, "-m", "sopt"]
 
 
-def _time_command(argv: list[str]) -> float:
+def _child_environment(folder: pathlib.Path) -> dict[str, str]:
+    """This process's environment with Python's bytecode cache in ``folder / "pycache"`` (written by the first
+    child, read by the others): every timed process starts as an installed package does, from compiled modules."""
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(folder / "pycache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _time_command(argv: list[str], env: dict[str, str]) -> float:
     """Seconds from launch to exit of ``argv`` (which must succeed)."""
     start = time.perf_counter()
-    subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(argv, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -121,7 +132,8 @@ def _time_run(prefix: list[str], problem: str, overrides: list[str], folder: pat
     metrics = out / "metrics.jsonl"
     launched = time.time_ns()
     proc = subprocess.Popen([*prefix, "run", "--problem", problem, *overrides, "log_every=1", "--out", str(out),
-                             "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "--no-progress"], cwd=ROOT, env=_child_environment(folder), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     record = None
     while record is None:
@@ -147,7 +159,9 @@ def _time_phases(without_torch: bool, problem: str, overrides: list[str], folder
     """Seconds from launch to the end of each phase of one ``sopt run`` (PHASES), stopped by SIGTERM after its
     first step."""
     out = folder / f"phases-{time.time_ns()}"
-    env = {**os.environ, "SOPT_STARTUP_NO_TORCH": "1"} if without_torch else dict(os.environ)
+    env = _child_environment(folder)
+    if without_torch:
+        env["SOPT_STARTUP_NO_TORCH"] = "1"
     argv = [sys.executable, "-c", PHASES, "run", "--problem", problem, *overrides, "--out", str(out), "--no-progress"]
     env["SOPT_STARTUP_LAUNCHED_NS"] = str(time.time_ns())
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -204,19 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="sopt-startup-") as tmp:
         folder = pathlib.Path(tmp)
-        _time_run(_python(False), args.problem, overrides, folder, args.timeout)   # warm the shader cache
+        env = _child_environment(folder)
+        _time_run(_python(False), args.problem, overrides, folder, args.timeout)   # warm the caches
         for without_torch in variants:
             name = "without torch" if without_torch else "as installed"
             prefix = _python(without_torch)
-            python = [_time_command([sys.executable, "-c", "pass"]) for _ in range(args.runs)]
-            imports = [_time_command([*prefix, "--version"]) for _ in range(args.runs)]
+            python = [_time_command([sys.executable, "-c", "pass"], env) for _ in range(args.runs)]
+            imports = [_time_command([*prefix, "--version"], env) for _ in range(args.runs)]
             runs = [_time_run(prefix, args.problem, overrides, folder, args.timeout) for _ in range(args.runs)]
             results[name] = {"python": _stats(python), "import": _stats(imports),
                              "first step starts": _stats([r[0] for r in runs]),
                              "first step done": _stats([r[1] for r in runs])}
             if args.floor and not without_torch:
                 kind = os.environ.get("SOPT_DEVICE", "auto")
-                floor = [_time_command([sys.executable, "-c", _FLOOR, kind]) for _ in range(args.runs)]
+                floor = [_time_command([sys.executable, "-c", _FLOOR, kind], env) for _ in range(args.runs)]
                 results[name]["slangpy alone to an open device"] = _stats(floor)
             if args.phases:
                 timed = [_time_phases(without_torch, args.problem, overrides, folder, args.timeout)
@@ -224,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name]["phases"] = {k: _stats([t[k] for t in timed]) for k in timed[0]}
     device = os.environ.get("SOPT_DEVICE", "auto")
     print(f"sopt run --problem {args.problem} {' '.join(args.override)} (SOPT_DEVICE={device}), "
-          f"seconds from launch, median (min) of {args.runs}, shader cache warm:")
+          f"seconds from launch, median (min) of {args.runs}, shader and bytecode caches warm:")
     for name, phases in results.items():
         cells = ", ".join(f"{phase} {s['median_s']:.2f} ({s['min_s']:.2f})" for phase, s in phases.items()
                           if phase != "phases")
