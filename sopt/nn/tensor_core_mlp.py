@@ -42,7 +42,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
-from sopt.kernel import Kernel
+from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.activation import Activation, activation_key, make_activation, slang_activation
 from sopt.nn.mlp import initial_layer_weights
 from sopt.nn.module import Module
@@ -58,6 +58,9 @@ _PACK = Kernel(_SOURCE, "tcmlp_pack_kernel")
 _FORWARD = Kernel(_SOURCE, "tcmlp_forward_kernel")
 _DELTAS = Kernel(_SOURCE, "tcmlp_backward_deltas_kernel")
 _WEIGHT_GRAD = Kernel(_SOURCE, "tcmlp_weight_grad_kernel")
+# the members of TcMlp (tensor_core_mlp.slang) set per dispatch: buffers (dummies until set) and offsets
+_CALL_BUFFERS = ("tc_params", "tc_x", "tc_y", "tc_dy", "tc_dx", "tc_grads")
+_CALL_OFFSETS = ("params_off", "grads_off", "x_off", "y_off", "dy_off", "dx_off", "n_groups")
 # activation key -> the kernel's ITcAct struct (derivative from the output)
 _SLANG_ACT = {"none": "TcNone", "relu": "TcReLU", "leaky_relu": "TcLeakyReLU", "sigmoid": "TcSigmoid",
               "tanh": "TcTanh"}
@@ -215,18 +218,20 @@ class TensorCoreMLP(Module):
                              f"{self.in_features}), got {getattr(x, 'shape', type(x).__name__)}")
         return int(x.shape[0])
 
-    def _kernel(self, kernel: Kernel, n: int, **fixed: Any) -> dev.BoundKernel:
-        """``kernel`` bound with the arguments every dispatch of batch size n shares."""
+    def _kernel(self, kernel: Kernel, n: int) -> dev.BoundKernel:
+        """``kernel`` with its argument ``call`` (TcMlp of tensor_core_mlp.slang) bound: what every dispatch of
+        batch size n shares set, the per-call buffers dummies and offsets 0 until ``set_members("call", ...)``."""
         key = (kernel, n)
         bound = self._bound.get(key)
         if bound is None:
             b = self._buffers_for(n)
-            bound = kernel.bind(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage,
-                                tc_packed_u=self._packed.storage, tc_bias=self._bias.storage,
-                                tc_saved=b["saved"].storage, tc_dz=b["dz"].storage, loss_scale=self.loss_scale,
-                                act_param=self._params_of(self.activation_module),
-                                out_act_param=self._params_of(self.output_activation_module), **fixed)
-            self._bound[key] = bound
+            call: dict[str, Any] = {name: dummy_buffer() for name in _CALL_BUFFERS}
+            call.update({name: 0 for name in _CALL_OFFSETS})
+            call.update(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage, tc_packed_u=self._packed.storage,
+                        tc_bias=self._bias.storage, tc_saved=b["saved"].storage, tc_dz=b["dz"].storage,
+                        loss_scale=self.loss_scale, act_param=self._params_of(self.activation_module),
+                        out_act_param=self._params_of(self.output_activation_module))
+            bound = self._bound[key] = kernel.bind(call=call)
         return bound
 
     def forward(self, x: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
@@ -237,9 +242,11 @@ class TensorCoreMLP(Module):
         if own:
             encoder = dev.get_device().create_command_encoder()
         words = sum(o * k for o, k in self._shapes) // 2 + self._bias.shape[0]
-        self._kernel(self._pack, n).set(tc_params=p.storage, params_off=p.offset).dispatch(words, encoder)
-        self._kernel(self._forward[int(self.training)], n).set(
-            tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset).dispatch(align(n, TS) // TS * NT, encoder)
+        self._kernel(self._pack, n).set_members("call", tc_params=p.storage, params_off=p.offset).dispatch(
+            words, encoder)
+        self._kernel(self._forward[int(self.training)], n).set_members(
+            "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset).dispatch(
+            align(n, TS) // TS * NT, encoder)
         if own:
             dev.submit(encoder)
         self._forwarded = (id(x), id(y)) if self.training else None
@@ -255,12 +262,12 @@ class TensorCoreMLP(Module):
         if own:
             encoder = dev.get_device().create_command_encoder()
         dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
-        self._kernel(self._deltas[want_dx], n).set(
-            tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset, tc_dy=y.grad.storage,
+        self._kernel(self._deltas[want_dx], n).set_members(
+            "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset, tc_dy=y.grad.storage,
             dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(align(n, TS) // TS * NT, encoder)
         groups = min(_WEIGHT_GRAD_GROUPS, align(n, TS) // TS)
         for kernel in self._weight_grad:
-            self._kernel(kernel, n).set(tc_x=x.storage, x_off=x.offset, tc_grads=g.storage, grads_off=g.offset,
-                                        n_groups=groups).dispatch(groups * NT, encoder)
+            self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset, tc_grads=g.storage,
+                                                grads_off=g.offset, n_groups=groups).dispatch(groups * NT, encoder)
         if own:
             dev.submit(encoder)
