@@ -203,9 +203,10 @@ class Diffusion2D(Simulator):
         fwd_threads = self._forward_tiling.groups * FORWARD_THREADS
 
         def forward(enc: spy.CommandEncoder) -> None:
-            forward_kernel.set(**schedule, **_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"))
-            for b in range(blocks):   # one uniform written per dispatch
-                forward_kernel.set(block=b).dispatch(fwd_threads, enc)
+            forward_kernel.set_members("call", **schedule, **_coefficient_vars(kappa, "kappa"),
+                                       **_coefficient_vars(source, "source"))
+            for b in range(blocks):   # one member written per dispatch
+                forward_kernel.set_members("call", block=b).dispatch(fwd_threads, enc)
 
         if not keep:
             tp.record("Diffusion2D.steps", forward, None, writes=[u_end])
@@ -215,12 +216,14 @@ class Diffusion2D(Simulator):
 
         def backward(enc: spy.CommandEncoder, redirect: dict[int, spy.Tensor]) -> None:
             write_du = u.grad_out is not None and tape.requires_grad(u)
-            backward_kernel.set(**schedule, **_coefficient_vars(kappa, "kappa"), **_coefficient_vars(source, "source"),
-                                **_coefficient_grad_vars(kappa, "kappa"), **_coefficient_grad_vars(source, "source"),
-                                **_array_vars("g_last", u_end.grad), **_array_vars("g_held", g_held),
-                                **_array_vars("g_first", u.grad if write_du else None), g_first_mode=int(write_du))
+            backward_kernel.set_members("call", **schedule, **_coefficient_vars(kappa, "kappa"),
+                                        **_coefficient_vars(source, "source"), **_coefficient_grad_vars(kappa, "kappa"),
+                                        **_coefficient_grad_vars(source, "source"), **_array_vars("g_last", u_end.grad),
+                                        **_array_vars("g_held", g_held),
+                                        **_array_vars("g_first", u.grad if write_du else None),
+                                        g_first_mode=int(write_du))
             for b in reversed(range(blocks)):
-                backward_kernel.set(block=b).dispatch(bwd_threads, enc)
+                backward_kernel.set_members("call", block=b).dispatch(bwd_threads, enc)
 
         tp.record("Diffusion2D.steps", forward, backward, reads=[u], writes=[u_end], add_grads=[u], params=params)
         return out
@@ -233,17 +236,18 @@ class Diffusion2D(Simulator):
         return self._grid_steps
 
     def _block_kernel(self, role: str) -> dev.BoundKernel:
-        """The bound ``diffusion2d_steps_<role>`` kernel of this simulator (grid, tiling and step constants set)."""
+        """The bound ``diffusion2d_steps_<role>`` kernel of this simulator: its argument ``call`` (HeatBlocks of
+        slang_lib/sim/diffusion2d_steps.slang) with the grid, tiling and step constants set, every buffer a dummy
+        and every offset and mode 0 until :meth:`steps` writes them (``set_members("call", ...)``)."""
         bound = self._blocks.get(role)
         if bound is None:
             g = self.grid
             tiling = self._forward_tiling if role == "forward" else self._backward_tiling
-            bound = Kernel("sim/diffusion2d_steps", f"diffusion2d_steps_{role}").bind(
-                grid_h=g.shape[0], grid_w=g.shape[1], dirichlet=int(g.boundary == "dirichlet"),
-                boundary_value=g.boundary_value, r=self.dt / g.dx ** 2, dt=self.dt, **tiling.args())
-            if role == "forward":   # not read by the forward kernel; bound so that every buffer slot is valid
-                bound.set(**_array_vars("g_last", None), **_array_vars("g_held", None), **_array_vars("g_first", None),
-                          kappa_grad=dummy_buffer(), source_grad=dummy_buffer())
+            call: dict[str, Any] = {name: dummy_buffer() for name in _BLOCK_BUFFERS}
+            call.update({name: 0 for name in _BLOCK_INTS})
+            call.update(grid_h=g.shape[0], grid_w=g.shape[1], dirichlet=int(g.boundary == "dirichlet"),
+                        boundary_value=g.boundary_value, r=self.dt / g.dx ** 2, dt=self.dt, **tiling.args())
+            bound = Kernel("sim/diffusion2d_steps", f"diffusion2d_steps_{role}").bind(call=call)
             self._blocks[role] = bound
         return bound
 
@@ -268,6 +272,15 @@ class Diffusion2D(Simulator):
 
     def __repr__(self) -> str:
         return f"Diffusion2D({self.grid!r}, conductivity={self.conductivity!r}, source={self.source!r}, dt={self.dt})"
+
+
+# the members of HeatBlocks (slang_lib/sim/diffusion2d_steps.slang) that Diffusion2D.steps writes per call: the
+# buffers, and the offsets, strides, modes and schedule (ints; the grid's and tiling's are set when bound)
+_BLOCK_BUFFERS = ("u_first", "u_held", "u_last", "g_last", "g_held", "g_first", "kappa", "source", "kappa_grad",
+                  "source_grad")
+_BLOCK_INTS = ("u_first_off", "u_held_off", "held_slots", "u_last_off", "g_last_off", "g_held_off", "g_first_off",
+               "g_first_mode", "kappa_off", "kappa_stride", "source_off", "source_stride", "kappa_grad_off",
+               "kappa_grad_mode", "source_grad_off", "source_grad_mode", "n_steps", "blocks", "block")
 
 
 def _array_vars(name: str, t: spy.Tensor | None) -> dict[str, Any]:
