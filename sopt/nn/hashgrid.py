@@ -132,8 +132,7 @@ class HashGridEncoding(Module):
         init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
         sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
         self._forward_fn = Function("nn/hashgrid", "hashgrid_forward", sizes)
-        self._backprop_fn = Function("nn/hashgrid", "hashgrid_backprop", sizes).backward   # per (sample, level)
-        self._backprop_dx_fn = Function("nn/hashgrid", "hashgrid_backprop_with_dx", sizes).backward   # per sample
+        self._backprop_fn = Function("nn/hashgrid", "hashgrid_backprop", sizes).backward
         self._level_args = {
             "scale": [lv.scale for lv in self.levels], "resolution": [lv.resolution for lv in self.levels],
             "offset": [lv.offset for lv in self.levels], "size": [lv.size for lv in self.levels],
@@ -180,45 +179,29 @@ class HashGridEncoding(Module):
                 data=np.zeros(size, np.uint8))
         return self._fixed
 
-    def _threads(self, n: int) -> int:
-        """N * n_levels, the thread count of the per-(sample, level) kernels (Slang's 32-bit ``int i``)."""
-        threads = n * self.n_levels
-        if threads > 2**31 - 1:
-            raise ValueError(f"HashGridEncoding: batch of {n} samples x {self.n_levels} levels = {threads} threads, "
-                             "more than 2^31 - 1 (32-bit thread index); split the batch")
-        return threads
-
     def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         x = as_batch(x, self.in_features, "HashGridEncoding")
         n = x.shape[0]
-        threads = self._threads(n)
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, i=spy.grid((threads,)), x=batch_in(x, False), g=self._grid(False), y=y)
+        launch(self._forward_fn, encoder, n=spy.grid((n,)), x=batch_in(x, False), g=self._grid(False), y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
-        """dL/dtable += by atomics; dL/dx written when x has a gradient buffer. Without dL/dx one thread per
-        (sample, level); with it one thread per sample, which sums its levels' dL/dx in level order (exact
-        and deterministic for any n_levels, see hashgrid_backprop_with_dx)."""
         x = as_batch(x, self.in_features, "HashGridEncoding")
         n = x.shape[0]
-        threads = self._threads(n)
         check_output(y, n, self.out_features, "HashGridEncoding")
         want_dx = has_grad(x)
-        fixed, max_at, log2_n = None, 0, n.bit_length()
-        if self.deterministic:
-            fixed, max_at = self._fixed_buffer(), self._max_at
-            self._max_at ^= 4
-            launch(self._max_fn, encoder, i=spy.grid((threads,)), y=batch_grad(y), fixed=fixed, max_at=max_at)
-        grid = self._grid(want_dx, max_at, log2_n)
-        if want_dx:
-            launch(self._backprop_dx_fn, encoder, n=spy.grid((n,)), x=batch_in(x, True), g=grid, y=batch_grad(y))
-        else:
-            launch(self._backprop_fn, encoder, i=spy.grid((threads,)), x=batch_in(x, False), g=grid,
+        if not self.deterministic:
+            launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx), g=self._grid(want_dx),
                    y=batch_grad(y))
-        if self.deterministic:
-            launch(self._to_grad_fn, encoder, i=spy.grid((self.table.size,)), fixed=fixed, max_at=max_at,
-                   log2_n=log2_n, table_grad=self.table.grad)
+            return
+        fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
+        self._max_at ^= 4
+        launch(self._max_fn, encoder, n=spy.grid((n,)), y=batch_grad(y), fixed=fixed, max_at=max_at)
+        launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
+               g=self._grid(want_dx, max_at, log2_n), y=batch_grad(y))
+        launch(self._to_grad_fn, encoder, i=spy.grid((self.table.size,)), fixed=fixed, max_at=max_at, log2_n=log2_n,
+               table_grad=self.table.grad)
 
     def __repr__(self) -> str:
         return (f"HashGridEncoding(in_dims={self.in_dims}, n_levels={self.n_levels}, n_features={self.n_features}, "
