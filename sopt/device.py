@@ -378,19 +378,19 @@ class BoundKernel:
         self._globals = spy.ShaderCursor(self._root)
         self._entry = self._globals.find_entry_point(0)
         self._values: dict[str, Any] = {}
-        # name -> the field's cursor (finding it costs ~2 us of host time per lookup; a step writes ~10)
-        self._fields: dict[Any, spy.ShaderCursor] = {}
+        # argument path (name, member, ...) -> its cursor (finding it costs ~2 us of host time; a step writes ~10)
+        self._fields: dict[tuple[str, ...], spy.ShaderCursor] = {}
         self.set(**vars)
 
-    def _field(self, name: str, member: str | None = None) -> spy.ShaderCursor:
-        key = name if member is None else (name, member)
-        cursor = self._fields.get(key)
+    def _field(self, *path: str) -> spy.ShaderCursor:
+        """The cursor of argument ``path[0]``, or of its member ``path[1:]`` (a struct's, a struct's struct's)."""
+        cursor = self._fields.get(path)
         if cursor is None:
-            if member is None:
-                cursor = (self._entry if self._entry.has_field(name) else self._globals)[name]
+            if len(path) == 1:
+                cursor = (self._entry if self._entry.has_field(path[0]) else self._globals)[path[0]]
             else:
-                cursor = self._field(name)[member]
-            self._fields[key] = cursor
+                cursor = self._field(*path[:-1])[path[-1]]
+            self._fields[path] = cursor
         return cursor
 
     def set(self, **vars: Any) -> "BoundKernel":
@@ -407,21 +407,28 @@ class BoundKernel:
                 self.set_members(name, **value)
                 continue
             self._field(name).write(value)
-            self._values[name] = dict(value) if isinstance(value, dict) else value
+            self._values[name] = _copied(value)
         return self
 
     def set_members(self, name: str, **members: Any) -> "BoundKernel":
         """Write some members of the struct argument ``name`` (bound before as a dict holding every member), only
-        those that changed; a member the struct was not bound with is refused before anything is written."""
+        those that changed; a member that is itself a struct may be given as a dict of some of its members, written
+        the same way. A member the struct was not bound with is refused before anything is written."""
         values = self._values.get(name)
-        if not isinstance(values, dict) or members.keys() - values.keys():
-            known = sorted(values) if isinstance(values, dict) else []
-            raise KeyError(f"{name} has no member(s) {sorted(members.keys() - set(known))} (bound: {known})")
-        for member, v in members.items():
-            if not _unchanged(values[member], v):
-                self._field(name, member).write(v)
-                values[member] = v
+        _check_members((name,), values, members)
+        self._write_members((name,), values, members)
         return self
+
+    def _write_members(self, path: tuple[str, ...], values: dict[str, Any], members: dict[str, Any]) -> None:
+        for member, v in members.items():
+            old = values[member]
+            if old is v:   # the common case on a hot path (the same buffer, a small int): nothing to compare
+                continue
+            if type(v) is dict and type(old) is dict:
+                self._write_members((*path, member), old, v)
+            elif not _unchanged(old, v):
+                self._field(*path, member).write(v)
+                values[member] = _copied(v)
 
     def dispatch(self, threads: int, encoder: spy.CommandEncoder | None = None) -> None:
         """Record ``threads`` threads (1-D) into ``encoder``, or submit them now without one."""
@@ -444,6 +451,24 @@ _UNSET = object()
 def _unchanged(old: Any, new: Any) -> bool:
     """Whether writing ``new`` over ``old`` would change nothing: the same object, or an equal number."""
     return old is new or (isinstance(new, (int, float)) and type(old) is type(new) and old == new)
+
+
+def _copied(value: Any) -> Any:
+    """``value`` as remembered after a write: a struct's dict (and its structs') copied, so later changes to the
+    caller's dicts are seen as changes."""
+    return {k: _copied(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def _check_members(path: tuple[str, ...], values: Any, members: dict[str, Any]) -> None:
+    """KeyError unless every member of ``members`` (and of its dicts, recursively) is one of the struct ``values``
+    the argument ``path`` was bound with."""
+    unknown = members.keys() - values.keys() if isinstance(values, dict) else members.keys()
+    if unknown:
+        known = sorted(values) if isinstance(values, dict) else []
+        raise KeyError(f"{'.'.join(path)} has no member(s) {sorted(unknown)} (bound: {known})")
+    for member, v in members.items():
+        if type(v) is dict and type(values[member]) is dict:
+            _check_members((*path, member), values[member], v)
 
 
 def count_dispatch(n: int = 1) -> None:
