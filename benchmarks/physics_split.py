@@ -6,7 +6,8 @@ device's synchronisation. This splits that into
 * host µs of recording (``with tape:`` + rollout + loss + ``tape.backward``) and of ``tape.submit()``;
 * dispatches (``sopt.device.dispatch_count()``) and submissions per iteration;
 * GPU µs between timestamps written into the iteration's command buffer: the whole buffer (first command to
-  last) and each compute dispatch (its label: order and thread count), the rest being clears, copies and gaps;
+  last) and each compute dispatch (order, declared kernel or Slang function where the tree has sopt.kernel, and thread
+  count; benchmarks/gpu_timestamps.py), the rest being clears, copies and gaps;
 
 and prints whether sopt's CUDA device shares torch's CUDA context (SlangPy imports torch when installed, and a
 device made after that shares its context since cf7db66); ``--no-torch`` hides torch so that it cannot.
@@ -25,6 +26,7 @@ kernel) written to DIR, for diffing two trees' generated code.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import pathlib
 import statistics
@@ -32,6 +34,8 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+from gpu_timestamps import DispatchStamps   # beside this script
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -132,67 +136,19 @@ def measure(key: str, run: Any, args: argparse.Namespace, spy: Any, dev: Any, tp
           f"per iteration; loss {run.loss():.9g}")
 
     # GPU timestamps: after the tape opens its encoder, around each compute dispatch, before the submission
-    device = dev.get_device()
-    pool = device.create_query_pool(type=spy.QueryType.timestamp, count=64)
-    marks: list[str] = []
-
-    def stamp(encoder: Any, label: str) -> None:
-        if len(marks) < 64:
-            encoder.write_timestamp(pool, len(marks))
-            marks.append(label)
-
-    real_dispatch, real_enter = dev.BoundKernel.dispatch, tp.Tape.__enter__
-
-    def timed_dispatch(self: Any, threads: int, encoder: Any = None) -> None:
-        if encoder is None:
-            return real_dispatch(self, threads, encoder)
-        n = sum(1 for m in marks if m.startswith("begin")) + 1
-        stamp(encoder, f"begin dispatch {n} ({threads} threads)")
-        real_dispatch(self, threads, encoder)
-        stamp(encoder, f"end dispatch {n} ({threads} threads)")
-
-    def timed_enter(self: Any) -> Any:
-        out = real_enter(self)
-        stamp(self.encoder, "start")
-        return out
-
-    def stamped_submit(encoder: Any) -> None:
-        stamp(encoder, "submit")
-        counting_submit(encoder)
-
-    dev.BoundKernel.dispatch, tp.Tape.__enter__, dev.submit = timed_dispatch, timed_enter, stamped_submit
-    spans: dict[str, list[float]] = {}
     try:
-        gpu_spans(iteration, dev, pool, marks, spans, max(3, args.repeats // 3))
+        kn = importlib.import_module("sopt.kernel")
+    except ImportError:   # a checkout from before the kernel layer
+        kn = None
+    try:
+        spans = DispatchStamps(spy, dev, tp, kn).collect(iteration, max(3, args.repeats // 3))
     except Exception as exc:   # a backend without timestamp queries: the times above still stand
         print(f"  GPU timestamps unavailable: {type(exc).__name__}: {exc}")
         return
     finally:
-        dev.BoundKernel.dispatch, tp.Tape.__enter__, dev.submit = real_dispatch, real_enter, real_submit
+        dev.submit = real_submit
     for name, values in spans.items():
         print(f"  GPU {name}: {1e6 * statistics.median(values):.1f} us (median of {len(values)})")
-
-
-def gpu_spans(iteration: Any, dev: Any, pool: Any, marks: list[str], spans: dict[str, list[float]],
-              count: int) -> None:
-    """Run ``count`` timestamped iterations; append each span (seconds) under its name to ``spans``."""
-    for _ in range(count):
-        marks.clear()
-        pool.reset()
-        iteration()
-        dev.synchronize()
-        t = pool.get_timestamp_results(0, len(marks))
-        at = dict(zip(marks, t))
-        spans.setdefault("command buffer (start to submit)", []).append(at["submit"] - at["start"])
-        inside = 0.0
-        for label, begin in at.items():
-            if label.startswith("begin "):
-                name = label[len("begin "):]
-                span = at["end " + name] - begin
-                inside += span
-                spans.setdefault(name, []).append(span)
-        spans.setdefault("outside dispatches (clears, copies, gaps)", []).append(
-            at["submit"] - at["start"] - inside)
 
 
 def ph_rollout(run: Any) -> Any:
