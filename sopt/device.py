@@ -342,13 +342,23 @@ def host_memory_available() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+_cuda_memory_total: int | None = None
+_cuda_memory_total_read = False   # the driver is asked once per process, answer or not
+
+
 def cuda_memory_total() -> int | None:
     """Bytes of memory of the smallest visible CUDA device (the driver's cuDeviceTotalMem), or None without a
-    working CUDA driver; asks the driver only, so no SlangPy device is created (configs are checked before)."""
-    def total_memory(cuda: Any, device: Any) -> int | None:
-        total = ctypes.c_size_t(0)
-        return total.value if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 else None
-    return _fewest_over_devices(total_memory)
+    working CUDA driver; asks the driver only, so no SlangPy device is created (configs are checked before).
+    Asked once per process (a device's total memory does not change): ``sopt run`` checks its config several
+    times (the defaults, after each override, the result), and each ask loads the driver and queries every device."""
+    global _cuda_memory_total, _cuda_memory_total_read
+    if not _cuda_memory_total_read:
+        def total_memory(cuda: Any, device: Any) -> int | None:
+            total = ctypes.c_size_t(0)
+            return total.value if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 else None
+        _cuda_memory_total = _fewest_over_devices(total_memory)
+        _cuda_memory_total_read = True
+    return _cuda_memory_total
 
 
 def mps_share(count: int, percentage: str | None) -> int:

@@ -84,3 +84,15 @@ def test_mps_share_of_multiprocessors() -> None:
     assert device.mps_share(132, "0.1") == 1
     for bad in ("", "abc", "0", "-5", "150"):
         assert device.mps_share(132, bad) == 132
+
+
+def test_cuda_memory_total_asks_the_driver_once_per_process(monkeypatch) -> None:
+    """sopt run checks its config several times before the device opens; the driver is asked only the first time,
+    and an answer of None (no CUDA driver) is remembered too."""
+    for answer in (80 * 2 ** 30, None):
+        asked = []
+        monkeypatch.setattr(device, "_fewest_over_devices", lambda query, answer=answer: asked.append(query) or answer)
+        monkeypatch.setattr(device, "_cuda_memory_total_read", False)   # both restored after the test
+        monkeypatch.setattr(device, "_cuda_memory_total", None)
+        assert [device.cuda_memory_total() for _ in range(3)] == [answer] * 3
+        assert len(asked) == 1

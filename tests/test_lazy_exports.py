@@ -40,12 +40,13 @@ def test_fit_projectile_imports_only_what_it_uses_and_otypes_keep_their_order() 
     code = ("import sys; sys.modules['torch'] = None\n"
             "import sopt.problems.fit_projectile.problem, sopt.train.trainer, sopt.experiments.runner\n"
             "print(sorted(m for m in ('sopt.sim.spring_system', 'sopt.sim.nbody', 'sopt.sim.wave2d', "
-            "'sopt.nn.linear', 'sopt.nn.fully_fused_mlp', 'sopt.nn.hashgrid', 'sopt.nn.mlp', 'sopt.losses.regression') "
+            "'sopt.nn.linear', 'sopt.nn.fully_fused_mlp', 'sopt.nn.hashgrid', 'sopt.nn.mlp', 'sopt.losses.regression', "
+            "'tqdm', 'sopt.train.progress_bar') "
             "if m in sys.modules))\n"
             "from sopt.config.registry import otypes\n"
             "print(otypes('simulator')); print(otypes('optimizer'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
-    assert out[0] == "[]"
+    assert out[0] == "[]"   # tqdm too: only a run that shows a progress bar imports it (~50 ms of start-up)
     # Projectile and Adam/AdamW/SGD were registered first (the problem imported them); listed in PROVIDERS' order
     assert out[1] == "['Diffusion2D', 'NBody', 'Projectile', 'SpringSystem', 'Wave2D']"
     assert out[2] == "['Adagrad', 'Adam', 'AdamW', 'Lion', 'RMSprop', 'SGD']"

@@ -80,9 +80,10 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
                 raise ConfigError([f"override {o.text!r}: the problem key can only be set (problem=NAME)"])
             name = o.value
     cls = problem_class(name)
-    data = complete(cls.schema, merge(defaults(cls.schema), {**data, "problem": name}))
+    default = defaults(cls.schema)   # built and checked once (complete would make it again each time)
+    data = complete(cls.schema, merge(default, {**data, "problem": name}), default)
     for o in parsed:   # each on a complete config: after optimizer.otype=SGD, optimizer.momentum=0.9 finds its key
-        data = complete(cls.schema, apply_override(data, o))
+        data = complete(cls.schema, apply_override(data, o), default)
     return cls, validate(cls.schema, data)
 
 

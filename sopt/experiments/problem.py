@@ -35,7 +35,7 @@ import pathlib
 import re
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, StrictModel, defaults, merge, validate
@@ -63,7 +63,13 @@ SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")   # module:Class
 class ProblemConfig(StrictModel):
     """The keys every problem's config has. A problem's schema subclasses it with the problem's name,
     ``class MyConfig(ProblemConfig, problem="my_problem")`` (the ``problem`` key's default), and may change the
-    defaults of the others by redeclaring them."""
+    defaults of the others by redeclaring them.
+
+    Its pydantic schema, and its subclasses', is built on first use (``defer_build``): the bases (this class,
+    FitConfig) are never validated, and a problem's schema is built when ``sopt run`` first checks its config
+    (the defaults), still before any GPU work."""
+
+    model_config = ConfigDict(defer_build=True)
 
     problem_name: ClassVar[str | None] = None   # the problem's name, from the class statement
 

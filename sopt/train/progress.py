@@ -5,16 +5,25 @@ would promise hours. :class:`TrainingRate` counts only the steps during which no
 time (``sopt.device.compile_seconds`` did not move) and no newly compiled kernel ran for the first time, and
 :class:`TrainingBar` shows that rate and the ETA it gives (``?`` until such a step was timed), while its elapsed
 time stays the wall-clock time.
+
+:class:`TrainingBar` lives in :mod:`sopt.train.progress_bar` and loads on first use (importing tqdm.auto and its
+asyncio costs ~50 ms of a run's start-up); a run without a bar (``sopt run --no-progress``) uses
+:class:`HiddenBar` and never imports tqdm.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
-
-from tqdm.auto import tqdm
+from typing import TYPE_CHECKING, Any, Callable
 
 from sopt import device
+from sopt.lazy_exports import lazy_exports
+
+_EXPORTS = {"TrainingBar": "sopt.train.progress_bar"}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from sopt.train.progress_bar import TrainingBar
 
 
 class TrainingRate:
@@ -64,16 +73,29 @@ class TrainingRate:
         return None if rate is None else remaining / rate
 
 
-class TrainingBar(tqdm):   # type: ignore[misc]  # tqdm.auto's class: the terminal one, or a notebook's
-    """A tqdm bar over steps whose rate (and so ETA) is ``self.training_rate``'s, not tqdm's own average.
-
-    tqdm computes the remaining time from the rate in :attr:`format_dict`; a rate of 0 shows ``?`` for both."""
+class HiddenBar:
+    """What a run without a progress bar updates instead of a disabled tqdm bar (``TrainingBar(disable=True)``,
+    whose methods return at once): the same calls, doing nothing, without importing tqdm."""
 
     training_rate: TrainingRate | None = None
 
-    @property
-    def format_dict(self) -> dict[str, Any]:
-        info = super().format_dict
-        if self.training_rate is not None:
-            info["rate"] = self.training_rate.rate() or 0.0   # 0: unknown (None would fall back to tqdm's average)
-        return info
+    def update(self, n: float = 1) -> None:
+        """Nothing (a bar would count ``n`` more steps)."""
+
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
+        """Nothing (a bar would show these metrics after its counts)."""
+
+    def close(self) -> None:
+        """Nothing (a bar would print its last state)."""
+
+
+def training_bar(total: int, initial: int, rate: TrainingRate, shown: bool) -> "TrainingBar | HiddenBar":
+    """The Trainer's bar over ``total`` steps, ``initial`` of them done, showing ``rate``'s steps/s and ETA: a
+    TrainingBar when ``shown``, else a HiddenBar (tqdm is then never imported)."""
+    if not shown:
+        bar: TrainingBar | HiddenBar = HiddenBar()
+    else:
+        from sopt.train.progress_bar import TrainingBar
+        bar = TrainingBar(total=total, initial=initial, unit="step", dynamic_ncols=True)
+    bar.training_rate = rate
+    return bar

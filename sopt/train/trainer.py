@@ -37,7 +37,6 @@ from typing import Any, Iterable
 
 import numpy as np
 import slangpy as spy
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from sopt import checkpoint, device
 from sopt.nn.module import Module
@@ -45,7 +44,7 @@ from sopt.parameter import parameters_of
 from sopt.tape import Tape, loss_scalar
 from sopt.train.callback import Callback
 from sopt.train.checkpointing import Checkpoint
-from sopt.train.progress import TrainingBar, TrainingRate
+from sopt.train.progress import TrainingRate, training_bar
 from sopt.validation import check_bool, check_int
 
 
@@ -348,11 +347,14 @@ class Trainer:
         saved_poll = getattr(self.optimizer, "poll_every", None)
         if saved_poll is not None:
             self.optimizer.poll_every = 0
-        bar = TrainingBar(total=steps, initial=min(self.step, steps), unit="step", disable=not self.progress,
-                          dynamic_ncols=True)
         # the bar's rate and ETA leave out steps that compiled kernels (minutes on a first run); the notices of
-        # those compiles are printed above the bar rather than through it
-        bar.training_rate = rate = TrainingRate()
+        # those compiles are printed above the bar rather than through it. Without a bar, tqdm is never imported.
+        rate = TrainingRate()
+        bar = training_bar(steps, min(self.step, steps), rate, shown=self.progress)
+        if self.progress:   # tqdm only where a bar is shown
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            from sopt.train.progress_bar import TrainingBar
         notices = contextlib.ExitStack()
         start = time.perf_counter()
         since = (self.step, start)
