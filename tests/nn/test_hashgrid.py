@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sopt.nn import HashGridEncoding, gradcheck, vjp
-from sopt.nn.hashgrid import grid_levels
+from sopt.nn.hashgrid import COARSE_FLOATS, coarse_kernel_pays, coarse_levels, grid_levels
 from tests.nn.reference import away_from_cell_faces, hashgrid as ref_hashgrid
 
 CONFIGS = {  # small tables so that the finer levels are hashed
@@ -61,6 +61,41 @@ def test_gradcheck_away_from_cell_faces(grids, name):
     assert len(x) == 6
     result = gradcheck(enc, x, eps=1e-4, atol=2e-3, n_checks=10)
     assert result.ok, str(result)
+
+
+def test_coarse_levels_are_the_dense_ones_that_fit_group_shared_memory():
+    # issue 21's grids (base 16, scale 1.5, 2^19 rows): 2D levels 0-3 hold 5048 rows (level 4 would end at 11616),
+    # 3D level 0 holds 16^3 = 4096 (level 1 ends at 17920)
+    assert coarse_levels(grid_levels(2, 16, 19, 16, 1.5), 2) == 4
+    assert coarse_levels(grid_levels(3, 16, 19, 16, 1.5), 2) == 1
+    assert coarse_levels(grid_levels(3, 16, 19, 16, 1.5), 4) == 0      # 4096 rows x 4 > COARSE_FLOATS
+    assert 4096 * 2 <= COARSE_FLOATS < 4096 * 4
+    small = grid_levels(**{k: v for k, v in CONFIGS["2d"].items() if k != "n_features"})
+    assert [lv.hashed for lv in small] == [False, False, True] and coarse_levels(small, 2) == 2
+    assert HashGridEncoding(**CONFIGS["2d"], deterministic=True).coarse_levels == 0
+    # used where the atomics it removes exceed 1.5 x the ones its groups add (H200: 3D 2^14 slower with it)
+    grid2, grid3 = grid_levels(2, 16, 19, 16, 1.5)[:4], grid_levels(3, 16, 19, 16, 1.5)[:1]
+    assert coarse_kernel_pays(2**14, 2, 32, grid2, 2) and coarse_kernel_pays(2**18, 3, 264, grid3, 2)
+    assert not coarse_kernel_pays(2**14, 3, 32, grid3, 2) and not coarse_kernel_pays(10**6, 2, 1, [], 2)
+
+
+@pytest.mark.parametrize("name", ["2d", "3d"])
+def test_table_gradient_of_many_samples_without_dx(grids, name):
+    # 3000 samples: several groups of the coarse kernel, each thread several samples; x without a gradient, so
+    # hashgrid_backprop skips the coarse levels altogether
+    enc = grids[name]
+    assert enc.coarse_levels >= 1
+    assert coarse_kernel_pays(3000, enc.in_dims, 6, enc.levels[:enc.coarse_levels], enc.n_features)   # 6 groups
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0, 1, size=(3000, enc.in_dims)).astype(np.float32)
+    dy = rng.normal(size=(3000, enc.out_features)).astype(np.float32)
+    enc.table.zero_grad()
+    y = enc(x)
+    y.grad.copy_from_numpy(dy)
+    enc.backward(x, y)
+    _, _, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-4, atol=1e-4)
+    enc.table.zero_grad()
 
 
 def test_table_initialised_like_tcnn():
