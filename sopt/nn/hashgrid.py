@@ -26,7 +26,8 @@ MAX_FEATURES = 8
 MAX_LOG2_TABLE_SIZE = 26
 INIT_RANGE = 1e-4     # tcnn initialises the table to U(-1e-4, 1e-4)
 MAX_FIXED_ENTRIES = 2**29 - 1   # deterministic mode: int64 sums at byte 8 + 8 i must stay below 2^32
-COARSE_FLOATS = 12288   # group-shared floats of hashgrid_coarse_backprop_kernel (COARSE_FLOATS in hashgrid.slang)
+COARSE_FLOATS = 12288   # group-shared floats of hashgrid_coarse_backprop_kernel (COARSE_FLOATS in hashgrid.slang;
+                        # tests/nn/test_hashgrid.py checks that the two agree)
 COARSE_THREADS = 512    # its threads per group (COARSE_THREADS there)
 COARSE_GROUPS = 16      # its groups where the multiprocessors are unknown (Vulkan)
 COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 110 us with 1, 80 us with 2 or 4)

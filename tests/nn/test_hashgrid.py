@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sopt.nn import HashGridEncoding, gradcheck, vjp
-from sopt.nn.hashgrid import COARSE_FLOATS, coarse_kernel_pays, coarse_levels, grid_levels
+from sopt.nn.hashgrid import COARSE_FLOATS, COARSE_THREADS, coarse_kernel_pays, coarse_levels, grid_levels
 from tests.nn.reference import away_from_cell_faces, hashgrid as ref_hashgrid
 
 CONFIGS = {  # small tables so that the finer levels are hashed
@@ -77,6 +77,17 @@ def test_coarse_levels_are_the_dense_ones_that_fit_group_shared_memory():
     grid2, grid3 = grid_levels(2, 16, 19, 16, 1.5)[:4], grid_levels(3, 16, 19, 16, 1.5)[:1]
     assert coarse_kernel_pays(2**14, 2, 32, grid2, 2) and coarse_kernel_pays(2**18, 3, 264, grid3, 2)
     assert not coarse_kernel_pays(2**14, 3, 32, grid3, 2) and not coarse_kernel_pays(10**6, 2, 1, [], 2)
+
+
+def test_coarse_kernel_sizes_match_the_slang_source():
+    # the host sizes the kernel's groups and chooses its levels from these; the kernel declares them
+    import re
+
+    from sopt.device import slang_lib_path
+
+    text = (slang_lib_path() / "nn" / "hashgrid.slang").read_text(encoding="utf-8")
+    declared = dict(re.findall(r"static const int (COARSE_\w+) = (\d+);", text))
+    assert declared == {"COARSE_THREADS": str(COARSE_THREADS), "COARSE_FLOATS": str(COARSE_FLOATS)}
 
 
 @pytest.mark.parametrize("name", ["2d", "3d"])
