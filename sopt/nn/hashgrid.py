@@ -12,7 +12,7 @@ from pydantic import Field
 
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
-from sopt.device import get_device, multiprocessor_count, submit
+from sopt.device import device_kind, get_device, multiprocessor_count, submit
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
 from sopt.kernel import Function, Kernel, dummy_buffer, launch
 from sopt.nn.module import Module
@@ -31,6 +31,7 @@ COARSE_FLOATS = 12288   # group-shared floats of hashgrid_coarse_backprop_kernel
 COARSE_THREADS = 512    # its threads per group (COARSE_THREADS there)
 COARSE_GROUPS = 16      # its groups where the multiprocessors are unknown (Vulkan)
 COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 110 us with 1, 80 us with 2 or 4)
+VULKAN_ARGUMENT_BYTES = 256   # push-constant bytes Vulkan guarantees (lavapipe's limit), where SlangPy puts them
 _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 
 
@@ -68,6 +69,12 @@ def coarse_levels(levels: list[GridLevel], n_features: int) -> int:
             break
         count += 1
     return count
+
+
+def coarse_argument_bytes(n_levels: int) -> int:
+    """Bytes of hashgrid_coarse_backprop_kernel's uniform arguments (HashGridCoarseArgs<L>: eight 32-bit
+    numbers and four arrays of L; its three buffers are bound apart): 32 + 16 L, 288 for 16 levels."""
+    return 32 + 16 * n_levels
 
 
 def coarse_kernel_pays(n: int, in_dims: int, groups: int, coarse: list[GridLevel], n_features: int) -> bool:
@@ -248,6 +255,8 @@ class HashGridEncoding(Module):
         n = x.shape[0]
         if self.coarse_levels == 0 or n == 0 or x.strides[1] != 1 or dy.strides[1] != 1:
             return 0
+        if device_kind() != "cuda" and coarse_argument_bytes(self.n_levels) > VULKAN_ARGUMENT_BYTES:
+            return 0   # the kernel's arguments would not fit Vulkan's push constants (it fails to link)
         sms = multiprocessor_count()
         groups = min(-(-n // COARSE_THREADS), sms * COARSE_GROUPS_PER_SM if sms else COARSE_GROUPS)
         if not coarse_kernel_pays(n, self.in_dims, groups, self.levels[:self.coarse_levels], self.n_features):
