@@ -289,22 +289,25 @@ def mlp_layers(state: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarra
     return [(np.asarray(state[f"{k}.weight"]), np.asarray(state[f"{k}.bias"])) for k in ks]
 
 
-def sopt_field_network(network: str, dims: int, seed: int = 0) -> SoptField:
+def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bool = False) -> SoptField:
     """Issue 21's ``network`` ("hashgrid" or "frequency") for ``dims`` inputs, built with sopt (see the module
     docstring); the frequency network falls back to the ``sopt.nn.MLP`` layers where FullyFusedMLP refuses its
-    encoded width."""
+    encoded width. ``deterministic``: every layer sums its gradients in a fixed order."""
     if network == "hashgrid":
-        enc = HashGridEncoding(dims, **HASHGRID, seed=seed)
-        mlp = FullyFusedMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed)
+        enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic)
+        mlp = FullyFusedMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
+                            deterministic=deterministic)
         return SoptField("sopt", Sequential(enc, mlp), enc.state_dict()["table"], mlp_layers(mlp.state_dict()))
     if network == "frequency":
         encoding = {"otype": "Frequency", "n_frequencies": ISSUE21_N_FREQS}
         try:
-            model = FullyFusedMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed)
+            model = FullyFusedMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed,
+                                  deterministic=deterministic)
             label = "sopt"
         except ValueError as e:   # the fused kernels take at most 512 input features
             print(f"  sopt frequency {dims}D: FullyFusedMLP refuses it ({e}); timing sopt.nn.MLP's layers instead")
-            model = MLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed)
+            model = MLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed,
+                        deterministic=deterministic)
             label = "sopt layers"
         return SoptField(label, model, None, mlp_layers(model.state_dict()))
     raise ValueError(f"network must be one of {ISSUE21_NETWORKS}, got {network!r}")

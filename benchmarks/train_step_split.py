@@ -8,6 +8,7 @@ rest (clears, copies, gaps between dispatches), medians over the timed steps, wi
 
     SOPT_DEVICE=cuda python3 benchmarks/train_step_split.py --network hashgrid --dims 2 --batch 18
     python3 benchmarks/train_step_split.py --network hashgrid --dims 2 --batch 10 --steps 3   # lavapipe smoke test
+    SOPT_DEVICE=cuda python3 benchmarks/train_step_split.py --network hashgrid --batch 18 --deterministic
 
 Where the backend has no timestamp queries the step times still print.
 """
@@ -42,11 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=18, help="log2 of the batch size")
     ap.add_argument("--steps", type=int, default=20, help="timed steps (each its own timestamps)")
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--deterministic", action="store_true",
+                    help="the network's layers with deterministic=True (gradients summed in a fixed order)")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     coords = rng.random((1 << 16, args.dims), dtype=np.float32)
     targets = rng.random((1 << 16, 3), dtype=np.float32)
-    field = nf.sopt_field_network(args.network, args.dims)
+    field = nf.sopt_field_network(args.network, args.dims, deterministic=args.deterministic)
     trainer = Trainer(field.model, MSELoss(), Adam(field.model.parameters(), lr=1e-2),
                       BatchSampler(coords, targets, batch_size=1 << args.batch, seed=0), progress=False,
                       log_every=10**9)
