@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -277,10 +278,6 @@ def kernels_used() -> int:
     return len(_compiled_here)
 
 
-_multiprocessors: int | None = None
-_multiprocessors_read = False   # the driver is asked once per process, answer or not
-
-
 def multiprocessor_count() -> int | None:
     """The fewest streaming multiprocessors of any visible CUDA device (the CUDA driver's
     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), or None on Vulkan or when the driver can't tell.
@@ -289,15 +286,16 @@ def multiprocessor_count() -> int | None:
     multiprocessor, so that all of them are resident at once whichever device SlangPy opened. Under CUDA MPS
     with ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` set, the process gets only that share of them
     (:func:`mps_share`)."""
-    global _multiprocessors, _multiprocessors_read
     if device_kind() != "cuda":
         return None
-    if not _multiprocessors_read:
-        _multiprocessors = _driver_multiprocessors()
-        if _multiprocessors is not None:
-            _multiprocessors = mps_share(_multiprocessors, os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
-        _multiprocessors_read = True
-    return _multiprocessors
+    return _multiprocessors_available()
+
+
+@functools.cache   # the driver is asked once per process, answer or not
+def _multiprocessors_available() -> int | None:
+    """:func:`_driver_multiprocessors` less what CUDA MPS keeps from this process (:func:`mps_share`)."""
+    count = _driver_multiprocessors()
+    return None if count is None else mps_share(count, os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
 
 
 def _fewest_over_devices(query: Callable[[Any, Any], int | None]) -> int | None:
@@ -342,23 +340,16 @@ def host_memory_available() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-_cuda_memory_total: int | None = None
-_cuda_memory_total_read = False   # the driver is asked once per process, answer or not
-
-
+@functools.cache   # the driver is asked once per process, answer or not
 def cuda_memory_total() -> int | None:
     """Bytes of memory of the smallest visible CUDA device (the driver's cuDeviceTotalMem), or None without a
     working CUDA driver; asks the driver only, so no SlangPy device is created (configs are checked before).
     Asked once per process (a device's total memory does not change): ``sopt run`` checks its config several
     times (the defaults, after each override, the result), and each ask loads the driver and queries every device."""
-    global _cuda_memory_total, _cuda_memory_total_read
-    if not _cuda_memory_total_read:
-        def total_memory(cuda: Any, device: Any) -> int | None:
-            total = ctypes.c_size_t(0)
-            return total.value if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 else None
-        _cuda_memory_total = _fewest_over_devices(total_memory)
-        _cuda_memory_total_read = True
-    return _cuda_memory_total
+    def total_memory(cuda: Any, device: Any) -> int | None:
+        total = ctypes.c_size_t(0)
+        return total.value if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 else None
+    return _fewest_over_devices(total_memory)
 
 
 def mps_share(count: int, percentage: str | None) -> int:

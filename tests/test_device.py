@@ -89,10 +89,13 @@ def test_mps_share_of_multiprocessors() -> None:
 def test_cuda_memory_total_asks_the_driver_once_per_process(monkeypatch) -> None:
     """sopt run checks its config several times before the device opens; the driver is asked only the first time,
     and an answer of None (no CUDA driver) is remembered too."""
-    for answer in (80 * 2 ** 30, None):
-        asked = []
-        monkeypatch.setattr(device, "_fewest_over_devices", lambda query, answer=answer: asked.append(query) or answer)
-        monkeypatch.setattr(device, "_cuda_memory_total_read", False)   # both restored after the test
-        monkeypatch.setattr(device, "_cuda_memory_total", None)
-        assert [device.cuda_memory_total() for _ in range(3)] == [answer] * 3
-        assert len(asked) == 1
+    try:
+        for answer in (80 * 2 ** 30, None):
+            asked = []
+            monkeypatch.setattr(device, "_fewest_over_devices",
+                                lambda query, answer=answer: asked.append(query) or answer)
+            device.cuda_memory_total.cache_clear()
+            assert [device.cuda_memory_total() for _ in range(3)] == [answer] * 3
+            assert len(asked) == 1
+    finally:
+        device.cuda_memory_total.cache_clear()   # the real driver's answer for the tests after this one
