@@ -13,8 +13,10 @@ asyncio costs ~50 ms of a run's start-up); a run without a bar (``sopt run --no-
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from sopt import device
 from sopt.lazy_exports import lazy_exports
@@ -87,6 +89,10 @@ class HiddenBar:
 
     def close(self) -> None:
         """Nothing (a bar would print its last state)."""
+
+    def redirect_logging(self, logger: logging.Logger) -> ContextManager[None]:
+        """Nothing to redirect: without a bar, ``logger``'s records go where they always go."""
+        return contextlib.nullcontext()
 
 
 def training_bar(total: int, initial: int, rate: TrainingRate, shown: bool) -> "TrainingBar | HiddenBar":

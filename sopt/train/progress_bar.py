@@ -3,9 +3,11 @@ bar imports tqdm (:func:`sopt.train.progress.training_bar`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import TYPE_CHECKING, Any, ContextManager
 
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 if TYPE_CHECKING:   # progress imports this module when it makes a bar
     from sopt.train.progress import TrainingRate
@@ -24,3 +26,7 @@ class TrainingBar(tqdm):   # type: ignore[misc]  # tqdm.auto's class: the termin
         if self.training_rate is not None:
             info["rate"] = self.training_rate.rate() or 0.0   # 0: unknown (None would fall back to tqdm's average)
         return info
+
+    def redirect_logging(self, logger: logging.Logger) -> ContextManager[None]:
+        """While entered, ``logger``'s records are printed above the bar rather than through it."""
+        return logging_redirect_tqdm(loggers=[logger], tqdm_class=type(self))

@@ -351,10 +351,6 @@ class Trainer:
         # those compiles are printed above the bar rather than through it. Without a bar, tqdm is never imported.
         rate = TrainingRate()
         bar = training_bar(steps, min(self.step, steps), rate, shown=self.progress)
-        if self.progress:   # tqdm only where a bar is shown
-            from tqdm.contrib.logging import logging_redirect_tqdm
-
-            from sopt.train.progress_bar import TrainingBar
         notices = contextlib.ExitStack()
         start = time.perf_counter()
         since = (self.step, start)
@@ -366,9 +362,7 @@ class Trainer:
         waited = False   # whether the last metrics step waited for the GPU (the interval rate.tick measures)
         compiled = len(device.compiles())
         try:
-            if self.progress:
-                notices.enter_context(logging_redirect_tqdm(loggers=[logging.getLogger("sopt")],
-                                                            tqdm_class=TrainingBar))
+            notices.enter_context(bar.redirect_logging(logging.getLogger("sopt")))
             while self.step < steps:
                 loss_value = self.train_step()
                 # the previous step's metrics read and callbacks, and this step: a compile leaves them out
