@@ -250,8 +250,9 @@ class HashGridEncoding(Module):
 
     def _coarse_backprop(self, x: spy.Tensor, dy: spy.Tensor, encoder: spy.CommandEncoder | None) -> int:
         """Record hashgrid_coarse_backprop_kernel (the table gradient of levels [0, coarse_levels), summed per thread
-        group in group-shared memory) and return how many levels it took: 0 when there are none or x or dL/dy
-        is not row-contiguous (hashgrid_backprop then does every level)."""
+        group in group-shared memory) and return how many levels it took; 0 (hashgrid_backprop then does every
+        level) when there are none, x or dL/dy is not row-contiguous, its arguments would not fit Vulkan's push
+        constants, or it would not pay (:func:`coarse_kernel_pays`)."""
         n = x.shape[0]
         if self.coarse_levels == 0 or n == 0 or x.strides[1] != 1 or dy.strides[1] != 1:
             return 0
