@@ -12,7 +12,7 @@ from pydantic import Field
 
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
-from sopt.device import device_kind, get_device, multiprocessor_count, submit
+from sopt.device import get_device, multiprocessor_count, submit
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
 from sopt.kernel import Function, Kernel, dummy_buffer, launch
 from sopt.nn.module import Module
@@ -31,8 +31,10 @@ COARSE_FLOATS = 12288   # group-shared floats of hashgrid_coarse_backprop_kernel
 COARSE_THREADS = 512    # its threads per group (COARSE_THREADS there)
 COARSE_GROUPS = 16      # its groups where the multiprocessors are unknown (Vulkan)
 COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 110 us with 1, 80 us with 2 or 4)
-VULKAN_ARGUMENT_BYTES = 256   # push-constant bytes Vulkan guarantees (lavapipe's limit), where SlangPy puts them
+COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 164 in all: under Vulkan's 256 bytes
+                        # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
 _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
+_COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
 
 
 class HashGridConfig(ComponentConfig):
@@ -62,19 +64,15 @@ class GridLevel:
 
 def coarse_levels(levels: list[GridLevel], n_features: int) -> int:
     """How many of the first levels hashgrid_coarse_backprop_kernel takes: the longest run of dense levels from
-    level 0 whose rows (``offset + size`` of the last, times ``n_features``) fit its COARSE_FLOATS shared floats."""
+    level 0 whose rows (``offset + size`` of the last, times ``n_features``) fit its COARSE_FLOATS shared floats,
+    at most COARSE_MAX_LEVELS. Deterministic mode's kernel sums int64s in the same shared memory:
+    ``coarse_levels(levels, 2 * n_features)``."""
     count = 0
-    for level in levels:
+    for level in levels[:COARSE_MAX_LEVELS]:
         if level.hashed or (level.offset + level.size) * n_features > COARSE_FLOATS:
             break
         count += 1
     return count
-
-
-def coarse_argument_bytes(n_levels: int) -> int:
-    """Bytes of hashgrid_coarse_backprop_kernel's uniform arguments (HashGridCoarseArgs<L>: eight 32-bit
-    numbers and four arrays of L; its three buffers are bound apart): 32 + 16 L, 288 for 16 levels."""
-    return 32 + 16 * n_levels
 
 
 def coarse_kernel_pays(n: int, in_dims: int, groups: int, coarse: list[GridLevel], n_features: int) -> bool:
@@ -128,8 +126,10 @@ class HashGridEncoding(Module):
     (S = 61 - ceil(log2(N + 1)) - floor(log2 M), so that no entry's sum of <= N M in magnitude can overflow)
     and rounded to an integer, and a last pass over the table adds sum * 2^-S to dL/dtable. Each term's
     rounding error is below N M 2^-62 (for N = 2^18: M 2^-44), far under float32 summation's own error
-    (~2^-24 of the running sum per addition). Costs two extra dispatches (a read of dL/dy, a read of
-    8 bytes per table entry) and 8 bytes per table entry of memory; needs rows * n_features < 2^29.
+    (~2^-24 of the running sum per addition). As in the default mode, the coarsest dense levels' terms are
+    summed per thread group first (the same integers, so the same bits; ``coarse_levels`` of them, those whose
+    int64 sums fit 48 KiB). Costs two extra dispatches (a read of dL/dy, a read of 8 bytes per table entry)
+    and 8 bytes per table entry of memory; needs rows * n_features < 2^29.
     NaN or Inf in dL/dy makes every entry of the table gradient non-finite.
 
     Args: in_dims 1..4 (2D and 3D are the usual), n_levels 1..32, n_features 1..8, log2_table_size
@@ -177,8 +177,10 @@ class HashGridEncoding(Module):
         self._buffers = BatchBuffers()
         self._fixed: spy.Buffer | None = None     # deterministic mode's accumulators, made on first backward
         self._max_at = 0                          # byte offset of the next backward's M slot
-        self.coarse_levels = 0 if self.deterministic else coarse_levels(self.levels, self.n_features)
-        self._coarse_kernel: Any = None   # BoundKernel, made on the first backward that uses it
+        # levels whose table gradient the coarse kernel sums per thread group (0: none); deterministic mode's kernel
+        # holds int64 sums, two floats' worth of group-shared memory each
+        self.coarse_levels = coarse_levels(self.levels, self.n_features * (2 if self.deterministic else 1))
+        self._coarse_kernels: dict[int, Any] = {}   # coarse level count -> BoundKernel, made on first use
         if self.deterministic:
             self._max_fn = Function("nn/hashgrid", "hashgrid_grad_max", self.n_levels, self.n_features)
             self._to_grad_fn = Function("nn/hashgrid", "hashgrid_fixed_to_grad", self.n_features)
@@ -242,38 +244,51 @@ class HashGridEncoding(Module):
             return
         fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
         self._max_at ^= 4
+        own = encoder is None
+        if own:
+            encoder = get_device().create_command_encoder()
         launch(self._max_fn, encoder, n=spy.grid((n,)), y=batch_grad(y), fixed=fixed, max_at=max_at)
+        # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
+        coarse = self._coarse_backprop(x, y.grad, encoder, (fixed, max_at, log2_n))
         launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
-               g=self._grid(want_dx, max_at, log2_n), coarse=0, y=batch_grad(y))
+               g=self._grid(want_dx, max_at, log2_n), coarse=coarse, y=batch_grad(y))
         launch(self._to_grad_fn, encoder, i=spy.grid((self.table.size,)), fixed=fixed, max_at=max_at, log2_n=log2_n,
                table_grad=self.table.grad)
+        if own:
+            submit(encoder)
 
-    def _coarse_backprop(self, x: spy.Tensor, dy: spy.Tensor, encoder: spy.CommandEncoder | None) -> int:
+    def _coarse_backprop(self, x: spy.Tensor, dy: spy.Tensor, encoder: spy.CommandEncoder | None,
+                         fixed: tuple[spy.Buffer, int, int] | None = None) -> int:
         """Record hashgrid_coarse_backprop_kernel (the table gradient of levels [0, coarse_levels), summed per thread
-        group in group-shared memory) and return how many levels it took; 0 (hashgrid_backprop then does every
-        level) when there are none, x or dL/dy is not row-contiguous, its arguments would not fit Vulkan's push
-        constants, or it would not pay (:func:`coarse_kernel_pays`)."""
+        group in group-shared memory) and return how many levels it took: 0 when there are none, x or dL/dy
+        is not row-contiguous or the kernel would not pay (hashgrid_backprop then does every level). In
+        deterministic mode ``fixed`` = (the fixed-point buffer, this call's M slot, log2_n) and the kernel is
+        hashgrid_coarse_fixed_backprop_kernel, which adds its int64 sums there instead of to dL/dtable."""
         n = x.shape[0]
         if self.coarse_levels == 0 or n == 0 or x.strides[1] != 1 or dy.strides[1] != 1:
             return 0
-        if device_kind() != "cuda" and coarse_argument_bytes(self.n_levels) > VULKAN_ARGUMENT_BYTES:
-            return 0   # the kernel's arguments would not fit Vulkan's push constants (it fails to link)
         sms = multiprocessor_count()
         groups = min(-(-n // COARSE_THREADS), sms * COARSE_GROUPS_PER_SM if sms else COARSE_GROUPS)
         if not coarse_kernel_pays(n, self.in_dims, groups, self.levels[:self.coarse_levels], self.n_features):
             return 0
-        if self._coarse_kernel is None:
-            levels = {k: self._level_args[k] for k in ("scale", "resolution", "offset", "size")}
-            self._coarse_kernel = _COARSE_KERNEL.specialise(self.in_dims, self.n_levels, self.n_features).bind(
+        coarse = self.coarse_levels
+        bound = self._coarse_kernels.get(coarse)
+        if bound is None:   # specialised on the level count: its arrays hold only these levels (push constant room)
+            levels = {k: self._level_args[k][:coarse] for k in ("scale", "resolution", "offset", "size")}
+            kernel = _COARSE_FIXED_KERNEL if self.deterministic else _COARSE_KERNEL
+            bound = self._coarse_kernels[coarse] = kernel.specialise(self.in_dims, coarse, self.n_features).bind(
                 call={"x": dummy_buffer(), "dy": dummy_buffer(), "table_grad": dummy_buffer(), "x_off": 0,
                       "x_stride": 0, "dy_off": 0, "dy_stride": 0, "grad_off": 0, **levels, "n": 0, "per_group": 0,
-                      "coarse": self.coarse_levels})
-        grad = self.table.grad
-        self._coarse_kernel.set_members(
+                      "fixed": dummy_buffer(), "max_at": 0, "log2_n": 0})
+        if fixed is None:
+            grad = self.table.grad
+            target = {"table_grad": grad.storage, "grad_off": grad.offset}
+        else:
+            target = dict(zip(("fixed", "max_at", "log2_n"), fixed))
+        bound.set_members(
             "call", x=x.storage, x_off=x.offset, x_stride=x.strides[0], dy=dy.storage, dy_off=dy.offset,
-            dy_stride=dy.strides[0], table_grad=grad.storage, grad_off=grad.offset, n=n,
-            per_group=-(-n // groups)).dispatch(groups * COARSE_THREADS, encoder)
-        return self.coarse_levels
+            dy_stride=dy.strides[0], n=n, per_group=-(-n // groups), **target).dispatch(groups * COARSE_THREADS, encoder)
+        return coarse
 
     def __repr__(self) -> str:
         return (f"HashGridEncoding(in_dims={self.in_dims}, n_levels={self.n_levels}, n_features={self.n_features}, "

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from sopt.nn import HashGridEncoding, gradcheck, vjp
-from sopt.nn.hashgrid import (COARSE_FLOATS, COARSE_THREADS, coarse_argument_bytes, coarse_kernel_pays, coarse_levels,
-                              grid_levels)
+from sopt.nn.hashgrid import (COARSE_FLOATS, COARSE_MAX_LEVELS, COARSE_THREADS, coarse_kernel_pays, coarse_levels,
+                               grid_levels)
 from tests.nn.reference import away_from_cell_faces, hashgrid as ref_hashgrid
 
 CONFIGS = {  # small tables so that the finer levels are hashed
@@ -73,7 +73,10 @@ def test_coarse_levels_are_the_dense_ones_that_fit_group_shared_memory():
     assert 4096 * 2 <= COARSE_FLOATS < 4096 * 4
     small = grid_levels(**{k: v for k, v in CONFIGS["2d"].items() if k != "n_features"})
     assert [lv.hashed for lv in small] == [False, False, True] and coarse_levels(small, 2) == 2
-    assert HashGridEncoding(**CONFIGS["2d"], deterministic=True).coarse_levels == 0
+    # deterministic mode's kernel sums int64s, half as many per 48 KiB: 2D levels 0-2 (2128 rows), 3D none
+    assert HashGridEncoding(**CONFIGS["2d"], deterministic=True).coarse_levels == 2
+    assert coarse_levels(grid_levels(2, 16, 19, 16, 1.5), 2 * 2) == 3
+    assert coarse_levels(grid_levels(3, 16, 19, 16, 1.5), 2 * 2) == 0
     # used where the atomics it removes exceed 1.5 x the ones its groups add (H200: 3D 2^14 slower with it)
     grid2, grid3 = grid_levels(2, 16, 19, 16, 1.5)[:4], grid_levels(3, 16, 19, 16, 1.5)[:1]
     assert coarse_kernel_pays(2**14, 2, 32, grid2, 2) and coarse_kernel_pays(2**18, 3, 264, grid3, 2)
@@ -111,12 +114,11 @@ def test_table_gradient_of_many_samples_without_dx(grids, name):
 
 
 def test_sixteen_level_grid_trains_on_every_backend():
-    # 16 levels: the coarse kernel's arguments (288 bytes) exceed Vulkan's 256 bytes of push constants, where it
-    # fails to link; there the backward does every level itself (on CUDA the kernel runs). 2000 samples: it pays.
+    # 16 levels, 2000 samples (the coarse kernel pays): issue 21's level count, against float64
     enc = HashGridEncoding(2, n_levels=16, n_features=2, log2_table_size=8, base_resolution=2, per_level_scale=1.3,
                            seed=1)
     enc.table.load(np.random.default_rng(9).normal(size=enc.table.shape))
-    assert coarse_argument_bytes(16) == 288 and enc.coarse_levels >= 1
+    assert enc.coarse_levels >= 1
     rng = np.random.default_rng(10)
     x = rng.uniform(0, 1, size=(2000, 2)).astype(np.float32)
     dy = rng.normal(size=(2000, enc.out_features)).astype(np.float32)
@@ -125,6 +127,23 @@ def test_sixteen_level_grid_trains_on_every_backend():
     enc.backward(x, y)
     _, _, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
     np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-4, atol=1e-4)
+
+
+def test_coarse_kernels_with_sixteen_levels():
+    # the coarse kernels' arguments hold only the coarse levels, at most COARSE_MAX_LEVELS: with all 16 levels they
+    # took 288 bytes of push constants, over Vulkan's 256, and failed to link there. A 64-row table: levels 0-14 dense
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 1, size=(3000, 2)).astype(np.float32)
+    dy = rng.normal(size=(3000, 32)).astype(np.float32)
+    for deterministic in (False, True):
+        enc = HashGridEncoding(2, n_levels=16, log2_table_size=6, base_resolution=2, per_level_scale=1.1, seed=1,
+                               deterministic=deterministic)
+        assert [lv.hashed for lv in enc.levels].index(True) == 15 and enc.coarse_levels == COARSE_MAX_LEVELS == 8
+        y = enc(x)
+        y.grad.copy_from_numpy(dy)
+        enc.backward(x, y)
+        _, _, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+        np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-4, atol=1e-4)
 
 
 def test_table_initialised_like_tcnn():
@@ -177,6 +196,57 @@ def test_deterministic_mode_is_bit_identical_and_correct():
     assert np.array_equal(g.view(np.uint32), g2.view(np.uint32))
     assert np.array_equal(final.view(np.uint32), final2.view(np.uint32))
     assert not np.array_equal(final, t0)
+
+
+def test_deterministic_coarse_kernel_gives_the_same_bits():
+    # 3000 samples: hashgrid_coarse_fixed_backprop_kernel takes levels 0-1 (6 groups). Its int64 group sums add the
+    # same integers as hashgrid_backprop's own atomics, so the table gradient must equal, bit for bit, the one
+    # with the kernel off (coarse_levels = 0), and dL/dx must not change either
+    from sopt.device import dispatch_count
+
+    rng = np.random.default_rng(10)
+    x = rng.uniform(0, 1, size=(3000, 2)).astype(np.float32)
+    dy = rng.normal(size=(3000, 6)).astype(np.float32)
+    # levels 0-1 get dL/dy 2^-40 times level 2's: with S = 61 - 12 - floor(log2 M) (N < 2^12, M ~ 4) their terms
+    # are ~2^8 units 2^-S and their sums below 2^24, exact in float32: one unit more or less in a sum changes the bits
+    dy[:, :4] *= 2.0**-40
+    table = np.random.default_rng(7).normal(size=(120, 2))
+
+    def run(coarse: bool, want_dx: bool) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """(dL/dtable, dL/dx or None, dispatches of the backward)"""
+        enc = HashGridEncoding(**CONFIGS["2d"], seed=1, deterministic=True)
+        enc.table.load(table)
+        assert enc.coarse_levels == 2 and coarse_kernel_pays(3000, 2, 6, enc.levels[:2], 2)
+        if not coarse:
+            enc.coarse_levels = 0
+        if want_dx:
+            before = dispatch_count()
+            _, dx, grads = vjp(enc, x, dy)
+            return grads["table"], dx, dispatch_count() - before - 1   # less the forward
+        y = enc(x)
+        y.grad.copy_from_numpy(dy)
+        before = dispatch_count()
+        enc.backward(x, y)
+        return enc.table.grad_numpy(), None, dispatch_count() - before
+
+    g, dx, dispatches = run(True, True)
+    g2, dx2, _ = run(True, True)
+    g_off, dx_off, dispatches_off = run(False, True)
+    g_no_dx, _, _ = run(True, False)
+    assert (dispatches, dispatches_off) == (4, 3)   # grad max, coarse kernel, backprop, conversion
+    bits = g.view(np.uint32)
+    for other in (g2, g_off, g_no_dx):
+        assert np.array_equal(bits, other.view(np.uint32))
+    assert np.array_equal(dx.view(np.uint32), dx2.view(np.uint32))
+    assert np.array_equal(dx.view(np.uint32), dx_off.view(np.uint32))
+    _, rdx, rtable = ref_hashgrid(x, table.astype(np.float32), HashGridEncoding(**CONFIGS["2d"]).levels,
+                                  dy.astype(np.float64))
+    unit = 2.0 ** -(61 - 12 - np.floor(np.log2(np.abs(dy).max())))   # 2^-S
+    assert 2**22 > np.abs(rtable[:56]).max() / unit > 2**12   # coarse rows: sums of levels 0-1, exact in float32
+    np.testing.assert_allclose(g, rtable, rtol=2e-6, atol=2e-6 * np.abs(rtable).max())
+    # the coarse rows on their own scale: each of their <= 3000 terms is rounded by at most half a unit
+    np.testing.assert_allclose(g[:56], rtable[:56], rtol=0, atol=unit * 1500)
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-3)
 
 
 def test_deterministic_gradients_accumulate_and_report_nonfinite(grids):
