@@ -58,12 +58,19 @@ _PACK = Kernel(_SOURCE, "tcmlp_pack_kernel")
 _FORWARD = Kernel(_SOURCE, "tcmlp_forward_kernel")
 _DELTAS = Kernel(_SOURCE, "tcmlp_backward_deltas_kernel")
 _WEIGHT_GRAD = Kernel(_SOURCE, "tcmlp_weight_grad_kernel")
+_REDUCE = Kernel(_SOURCE, "tcmlp_reduce_kernel")
 # the members of TcMlp (tensor_core_mlp.slang) set per dispatch: buffers (dummies until set) and offsets
 _CALL_BUFFERS = ("tc_params", "tc_x", "tc_y", "tc_dy", "tc_dx", "tc_grads")
-_CALL_OFFSETS = ("params_off", "grads_off", "x_off", "y_off", "dy_off", "dx_off", "n_groups")
+_CALL_OFFSETS = ("params_off", "grads_off", "x_off", "y_off", "dy_off", "dx_off")
 # activation key -> the kernel's ITcAct struct (derivative from the output)
 _SLANG_ACT = {"none": "TcNone", "relu": "TcReLU", "leaky_relu": "TcLeakyReLU", "sigmoid": "TcSigmoid",
               "tanh": "TcTanh"}
+
+
+def weight_grad_groups(n: int) -> int:
+    """Groups of the weight-gradient kernels for a batch of n: one per tile of TS samples, at most
+    _WEIGHT_GRAD_GROUPS (each group sums its tiles in registers and writes one row of partial sums)."""
+    return max(1, min(_WEIGHT_GRAD_GROUPS, align(n, TS) // TS))
 
 
 def align(n: int, m: int) -> int:
@@ -135,11 +142,13 @@ class TensorCoreMLP(Module):
         activation / output_activation: ReLU, LeakyReLU, Sigmoid, Tanh or None (names or Activations as for MLP).
         seed: initialisation seed (FullyFusedMLP's and MLP's weights for the same seed).
         loss_scale: S, the factor on dL/dy before it is rounded to half (divided out of every gradient).
+        deterministic: accepted for the interface every layer shares; the gradients are always summed in a fixed
+            order (per-group partial sums, then tcmlp_reduce), so every run gives the same bits.
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 2,
                  activation: Any = "relu", output_activation: Any = "none", seed: int = 0,
-                 loss_scale: float = 128.0) -> None:
+                 loss_scale: float = 128.0, deterministic: bool = False) -> None:
         in_features = check_int(in_features, "TensorCoreMLP in_features", low=1)
         out_features = check_int(out_features, "TensorCoreMLP out_features", low=1)
         hidden_features = check_int(hidden_features, "TensorCoreMLP hidden_features", low=16)
@@ -164,7 +173,8 @@ class TensorCoreMLP(Module):
         self.activation_module, self.output_activation_module = act, out_act
         self.activation, self.output_activation = activation_key(act), activation_key(out_act)
         self.loss_scale = float(loss_scale)
-        self.layers, _ = flat_layout(in_features, hidden_features, hidden_layers, out_features)
+        self.deterministic = bool(deterministic)
+        self.layers, self._n_params = flat_layout(in_features, hidden_features, hidden_layers, out_features)
         self.params = Parameter(initial_flat(in_features, hidden_features, hidden_layers, out_features, act, out_act,
                                              seed), name="params")
         self._shapes = packed_shapes(in_features, hidden_features, hidden_layers, out_features)
@@ -195,8 +205,9 @@ class TensorCoreMLP(Module):
         return float(slang_activation(a)[1][0])
 
     def _buffers_for(self, n: int) -> dict[str, spy.Tensor]:
-        """y (n x out, with its gradient), and half buffers (as float pairs) of the saved activations (L x n_pad x
-        H) and the deltas (n_pad x (L H + O16))."""
+        """y (n x out, with its gradient), half buffers (as float pairs) of the saved activations (L x n_pad x
+        H) and the deltas (n_pad x (L H + O16)), and the weight-gradient groups' sums (groups x the flat layout's
+        floats; entries of the layout's padding are never written and stay 0)."""
         b = self._buffers.get(n)
         if b is None:
             device = dev.get_device()
@@ -204,7 +215,8 @@ class TensorCoreMLP(Module):
             h, L, o16 = self.hidden_features, self.hidden_layers, align(self.out_features, 16)
             b = {"y": spy.Tensor.zeros(device, (n, self.out_features), "float").with_grads(zero=True),
                  "saved": spy.Tensor.zeros(device, (L * n_pad * h // 2,), "float"),
-                 "dz": spy.Tensor.zeros(device, (n_pad * (L * h + o16) // 2,), "float")}
+                 "dz": spy.Tensor.zeros(device, (n_pad * (L * h + o16) // 2,), "float"),
+                 "partial": spy.Tensor.zeros(device, (weight_grad_groups(n) * self._n_params,), "float")}
             if len(self._buffers) >= 4:
                 self._buffers.pop(next(iter(self._buffers)))
                 self._bound.clear()
@@ -229,6 +241,7 @@ class TensorCoreMLP(Module):
             call.update({name: 0 for name in _CALL_OFFSETS})
             call.update(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage, tc_packed_u=self._packed.storage,
                         tc_bias=self._bias.storage, tc_saved=b["saved"].storage, tc_dz=b["dz"].storage,
+                        tc_partial=b["partial"].storage, n_params=self._n_params, n_groups=weight_grad_groups(n),
                         loss_scale=self.loss_scale, act_param=self._params_of(self.activation_module),
                         out_act_param=self._params_of(self.output_activation_module))
             bound = self._bound[key] = kernel.bind(call=call)
@@ -265,9 +278,10 @@ class TensorCoreMLP(Module):
         self._kernel(self._deltas[want_dx], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset, tc_dy=y.grad.storage,
             dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(align(n, TS) // TS * NT, encoder)
-        groups = min(_WEIGHT_GRAD_GROUPS, align(n, TS) // TS)
+        groups = weight_grad_groups(n)
         for kernel in self._weight_grad:
-            self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset, tc_grads=g.storage,
-                                                grads_off=g.offset, n_groups=groups).dispatch(groups * NT, encoder)
+            self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset).dispatch(groups * NT, encoder)
+        self._kernel(_REDUCE, n).set_members("call", tc_grads=g.storage, grads_off=g.offset).dispatch(
+            self._n_params, encoder)
         if own:
             dev.submit(encoder)
