@@ -34,6 +34,14 @@ input dimension (``--dims 2,3``) and batch (``--batches 14,18,20``):
   fused; 3D: 72 features, whose first layer the fused kernels run in two chunks of columns; an input beyond
   their 512 features would be timed on the ``sopt.nn.MLP`` layers instead, labelled so).
 
+``--mlp fp16`` (or ``both``, each sopt network twice) builds sopt's MLP as ``TensorCoreMLP`` (CUDA only: half
+operands on tensor cores, float32 accumulation and master weights, as tiny-cuda-nn's FullyFusedMLP) instead of
+the float32 ``FullyFusedMLP`` (``--mlp fp32``, the default): ``Sequential(HashGridEncoding, TensorCoreMLP)`` and
+``Sequential(FrequencyEncoding, TensorCoreMLP)`` (it fuses no encoding; 3D frequency's 72 features exceed its 64
+inputs, so that row is skipped). Its rows are labelled ``hashgrid-fp16`` / ``frequency-fp16``; both start from the
+same initial weights (same seed), and their tiny-cuda-nn and PyTorch columns are the network's measurements (PyTorch
+runs once per network, dims and batch).
+
 PyTorch starts from sopt's initial table and weights, so both train the same function (their PSNR agree when the
 networks are the same). Data: 2D, the generated ``--size`` image (PSNR over every pixel); 3D, 2^21 random points
 of the unit cube with the smooth 3-channel target ``cube_target`` (PSNR over 2^16 other points). tiny-cuda-nn's
@@ -44,7 +52,7 @@ synchronised at both ends and include drawing each batch from the data set on th
 table gives ms/step and the ratios sopt / tiny-cuda-nn (above 1: sopt slower) and PyTorch / sopt.
 
 Run: SOPT_DEVICE=cuda python3 benchmarks/neural_field.py [--steps 1000] [--batches 14,18] [--quick] [--deterministic]
-     SOPT_DEVICE=cuda python3 benchmarks/neural_field.py --table issue21 --tcnn .tcnn-kit [--dims 2,3]
+     SOPT_DEVICE=cuda python3 benchmarks/neural_field.py --table issue21 --tcnn .tcnn-kit [--dims 2,3] [--mlp both]
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ from sopt.losses import MSELoss
 from sopt.nn import MLP, FrequencyEncoding, HashGridEncoding, Sequential
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.nn.hashgrid import GridLevel
+from sopt.nn.tensor_core_mlp import TensorCoreMLP
 from sopt.optim import Adam
 from sopt.train import BatchSampler, Trainer
 
@@ -82,6 +91,8 @@ HASHGRID_PRIMES = (1, 2654435761, 805459861, 3674653429)   # tcnn's CoherentPrim
 # issue 21's table: encoding -> FullyFusedMLP 64 x 2 hidden ReLU -> 3, frequency encoding with 12 frequencies
 ISSUE21_NETWORKS = ("hashgrid", "frequency")
 ISSUE21_N_FREQS, ISSUE21_LAYERS = 12, 2
+# --mlp: sopt's MLP in float32 (FullyFusedMLP) or half precision on tensor cores (TensorCoreMLP, CUDA only)
+MLP_PRECISIONS = ("fp32", "fp16")
 CUBE_POINTS, CUBE_EVAL_POINTS = 1 << 21, 1 << 16
 
 
@@ -289,28 +300,53 @@ def mlp_layers(state: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarra
     return [(np.asarray(state[f"{k}.weight"]), np.asarray(state[f"{k}.bias"])) for k in ks]
 
 
-def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bool = False) -> SoptField:
+def network_label(network: str, mlp: str) -> str:
+    """The table's name of issue 21's ``network`` with sopt's MLP in precision ``mlp``: ``"hashgrid"`` (fp32) or
+    ``"hashgrid-fp16"``."""
+    return network if mlp == "fp32" else f"{network}-{mlp}"
+
+
+def base_network(label: str) -> str:
+    """Issue 21's network of a table label (``network_label``'s inverse): what tiny-cuda-nn and PyTorch ran."""
+    for mlp in MLP_PRECISIONS[1:]:
+        label = label.removesuffix(f"-{mlp}")
+    return label
+
+
+def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bool = False,
+                       mlp: str = "fp32") -> SoptField:
     """Issue 21's ``network`` ("hashgrid" or "frequency") for ``dims`` inputs, built with sopt (see the module
     docstring); the frequency network falls back to the ``sopt.nn.MLP`` layers where FullyFusedMLP refuses its
-    encoded width. ``deterministic``: every layer sums its gradients in a fixed order."""
+    encoded width. ``deterministic``: every layer sums its gradients in a fixed order. ``mlp``: "fp32"
+    (FullyFusedMLP) or "fp16" (TensorCoreMLP after the encoding's own module; CUDA only, ValueError for an encoded
+    width above its 64 inputs); the same initial weights either way."""
+    if mlp not in MLP_PRECISIONS:
+        raise ValueError(f"mlp must be one of {MLP_PRECISIONS}, got {mlp!r}")
+    if network not in ISSUE21_NETWORKS:
+        raise ValueError(f"network must be one of {ISSUE21_NETWORKS}, got {network!r}")
+    if mlp == "fp16":
+        enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic) if network == "hashgrid" \
+            else FrequencyEncoding(dims, ISSUE21_N_FREQS)
+        net = TensorCoreMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
+                            deterministic=deterministic)
+        table = enc.state_dict()["table"] if network == "hashgrid" else None
+        return SoptField("sopt fp16", Sequential(enc, net), table, mlp_layers(net.state_dict()))
     if network == "hashgrid":
         enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic)
-        mlp = FullyFusedMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
+        net = FullyFusedMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
                             deterministic=deterministic)
-        return SoptField("sopt", Sequential(enc, mlp), enc.state_dict()["table"], mlp_layers(mlp.state_dict()))
-    if network == "frequency":
-        encoding = {"otype": "Frequency", "n_frequencies": ISSUE21_N_FREQS}
-        try:
-            model = FullyFusedMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed,
-                                  deterministic=deterministic)
-            label = "sopt"
-        except ValueError as e:   # the fused kernels take at most 512 input features
-            print(f"  sopt frequency {dims}D: FullyFusedMLP refuses it ({e}); timing sopt.nn.MLP's layers instead")
-            model = MLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed,
-                        deterministic=deterministic)
-            label = "sopt layers"
-        return SoptField(label, model, None, mlp_layers(model.state_dict()))
-    raise ValueError(f"network must be one of {ISSUE21_NETWORKS}, got {network!r}")
+        return SoptField("sopt", Sequential(enc, net), enc.state_dict()["table"], mlp_layers(net.state_dict()))
+    encoding = {"otype": "Frequency", "n_frequencies": ISSUE21_N_FREQS}
+    try:
+        model = FullyFusedMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed,
+                              deterministic=deterministic)
+        label = "sopt"
+    except ValueError as e:   # the fused kernels take at most 512 input features
+        print(f"  sopt frequency {dims}D: FullyFusedMLP refuses it ({e}); timing sopt.nn.MLP's layers instead")
+        model = MLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", encoding=encoding, seed=seed,
+                    deterministic=deterministic)
+        label = "sopt layers"
+    return SoptField(label, model, None, mlp_layers(model.state_dict()))
 
 
 def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int,
@@ -330,15 +366,16 @@ def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: 
 
 
 def run_sopt_field(network: str, dims: int, data: FieldData, batch: int, steps: int, warmup: int,
-                   max_seconds: float, seed: int = 0) -> tuple[dict[str, Any], SoptField]:
-    """Times sopt's training step of issue 21's ``network``; the row and the network built (PyTorch starts from its
-    initial arrays, read before training)."""
-    field = sopt_field_network(network, dims, seed)
+                   max_seconds: float, seed: int = 0, mlp: str = "fp32") -> tuple[dict[str, Any], SoptField]:
+    """Times sopt's training step of issue 21's ``network`` with its MLP in precision ``mlp``; the row (its
+    ``network`` is ``network_label(network, mlp)``) and the network built (PyTorch starts from its initial arrays,
+    read before training)."""
+    field = sopt_field_network(network, dims, seed, mlp=mlp)
     opt = Adam(field.model.parameters(), lr=1e-2)
     sampler = BatchSampler(data.coords, data.targets, batch_size=batch, seed=seed)
     trainer = Trainer(field.model, MSELoss(), opt, sampler, progress=False, log_every=10**9)
     per_step, timed = time_steps_budget(trainer.train_step, dev.synchronize, steps, warmup, max_seconds)
-    row = {"framework": field.label, "network": network, "dims": dims, "batch": batch,
+    row = {"framework": field.label, "network": network_label(network, mlp), "dims": dims, "batch": batch,
            "ms_per_step": per_step * 1e3, "timed_steps": timed, "trained_steps": trainer.step,
            "psnr": sopt_eval_psnr(field.model, data.eval_coords, data.eval_targets), "seed": seed}
     return row, field
@@ -397,11 +434,13 @@ def run_torch_field(torch: Any, network: str, dims: int, data: FieldData, field:
 
 
 def issue21_table(rows: list[dict[str, Any]], tcnn_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (network, dims, batch) that sopt, PyTorch or tiny-cuda-nn timed, in that order of first
+    """One entry per (network label, dims, batch) that sopt, PyTorch or tiny-cuda-nn timed, in that order of first
     appearance: ``tcnn``, ``tcnn_jit``, ``sopt``, ``torch`` ms/step (None where not timed; a tcnn JIT run that fell
     back to the classic kernels counts as not timed), ``sopt_label``, PSNRs and trained steps, and the ratios
     ``sopt_vs_tcnn`` = sopt / tcnn, ``sopt_vs_tcnn_jit`` = sopt / tcnn JIT (above 1: sopt slower) and
-    ``torch_vs_sopt`` = torch / sopt (above 1: sopt faster)."""
+    ``torch_vs_sopt`` = torch / sopt (above 1: sopt faster). A sopt row's network is a label (``network_label``:
+    ``"hashgrid-fp16"`` for ``--mlp fp16``); PyTorch's and tiny-cuda-nn's rows name the base network and fill
+    every entry of it (both precisions' entries compare against the same measurements)."""
     table: dict[tuple[str, int, int], dict[str, Any]] = {}
 
     def entry(network: str, dims: int, batch: int) -> dict[str, Any]:
@@ -410,17 +449,24 @@ def issue21_table(rows: list[dict[str, Any]], tcnn_rows: list[dict[str, Any]]) -
             "sopt_label": None, "sopt_psnr": None, "sopt_steps": None, "torch": None, "torch_psnr": None,
             "torch_steps": None})
 
+    def entries_of(network: str, dims: int, batch: int) -> list[dict[str, Any]]:
+        """The entries of base ``network`` (every precision), one made for it when there is none."""
+        found = [e for (label, d, b), e in table.items() if (base_network(label), d, b) == (network, dims, batch)]
+        return found or [entry(network, dims, batch)]
+
     for r in rows:
-        e = entry(r["network"], r["dims"], r["batch"])
         if r["framework"] == "pytorch eager":
-            e["torch"], e["torch_psnr"], e["torch_steps"] = r["ms_per_step"], r["psnr"], r.get("trained_steps")
+            for e in entries_of(base_network(r["network"]), r["dims"], r["batch"]):
+                e["torch"], e["torch_psnr"], e["torch_steps"] = r["ms_per_step"], r["psnr"], r.get("trained_steps")
         else:
+            e = entry(r["network"], r["dims"], r["batch"])
             e["sopt"], e["sopt_label"], e["sopt_psnr"] = r["ms_per_step"], r["framework"], r["psnr"]
             e["sopt_steps"] = r.get("trained_steps")
     for r in tcnn_rows:
         if r["jit_failed"]:
             continue
-        entry(r["model"], r["dims"], r["batch"])["tcnn_jit" if r["jit"] else "tcnn"] = r["mean_ms"]
+        for e in entries_of(r["model"], r["dims"], r["batch"]):
+            e["tcnn_jit" if r["jit"] else "tcnn"] = r["mean_ms"]
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a is not None and b is not None and b > 0 else None
@@ -462,10 +508,11 @@ def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
     started = time.perf_counter()
     dims_list = [int(d) for d in args.dims.split(",")]
     networks = args.networks.split(",")
+    mlps = list(MLP_PRECISIONS) if args.mlp == "both" else [args.mlp]
     batches = [1 << int(b) for b in args.batches.split(",")]
     steps = [args.steps if args.steps else issue21_steps(b) for b in batches]
     tcnn_note = tcnn_runner.unavailable() if args.tcnn else None
-    print(f"issue 21 table: networks {', '.join(networks)}; dims {args.dims}; batches "
+    print(f"issue 21 table: networks {', '.join(networks)}; sopt MLP {', '.join(mlps)}; dims {args.dims}; batches "
           f"{', '.join(f'2^{b.bit_length() - 1}' for b in batches)}; timed steps {steps} after {args.warmup} "
           f"warm-up; Adam lr 1e-2; at most {args.max_seconds:g} s of timed steps per sopt/PyTorch run")
     tcnn_rows: list[dict[str, Any]] = []
@@ -490,11 +537,21 @@ def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
         print(f"{dims}D data: {data.what}")
         for network in networks:
             for batch, n_steps in zip(batches, steps):
-                t = time.perf_counter()
-                row, field = run_sopt_field(network, dims, data, batch, n_steps, args.warmup, args.max_seconds)
-                rows.append(row)
-                print(f"  {row} ({time.perf_counter() - t:.1f} s)", flush=True)
-                if has_torch:
+                field = None   # the network PyTorch starts from: the first precision's (the same initial weights)
+                for mlp in mlps:
+                    t = time.perf_counter()
+                    try:
+                        row, built = run_sopt_field(network, dims, data, batch, n_steps, args.warmup,
+                                                    args.max_seconds, mlp=mlp)
+                    except ValueError as e:   # TensorCoreMLP's 64 inputs (3D frequency: 72 features)
+                        if mlp == "fp32":
+                            raise
+                        print(f"  sopt {network_label(network, mlp)} {dims}D: not run ({e})", flush=True)
+                        continue
+                    field = field or built
+                    rows.append(row)
+                    print(f"  {row} ({time.perf_counter() - t:.1f} s)", flush=True)
+                if has_torch and field is not None:
                     t = time.perf_counter()
                     rows.append(run_torch_field(torch, network, dims, data, field, batch, n_steps, args.warmup,
                                                 args.max_seconds))
@@ -547,11 +604,15 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=8.0,
                     help="issue21: at most this many seconds of timed steps per sopt or PyTorch run (fewer steps, "
                          "at least 10, for a slow one; default 8)")
+    ap.add_argument("--mlp", choices=(*MLP_PRECISIONS, "both"), default="fp32",
+                    help="issue21: sopt's MLP in float32 (FullyFusedMLP, the default), fp16 (TensorCoreMLP: half "
+                         "operands on tensor cores, CUDA only) or both, rows labelled hashgrid / hashgrid-fp16")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.table == "image":
         used = [flag for flag, value in (("--tcnn", args.tcnn), ("--dims", args.dims != "2,3"),
-                                         ("--networks", args.networks != ",".join(ISSUE21_NETWORKS))) if value]
+                                         ("--networks", args.networks != ",".join(ISSUE21_NETWORKS)),
+                                         ("--mlp", args.mlp != "fp32")) if value]
         if used:
             ap.error(f"{', '.join(used)}: only with --table issue21 (the image table's networks are not issue 21's)")
     elif args.deterministic:
@@ -590,6 +651,8 @@ def main() -> None:
     print(f"sopt device: {device.info.adapter_name} [{dev.device_kind()}]"
           + (f"; torch {torch.__version__} on {torch.cuda.get_device_name()}" if has_torch else "; torch: n/a"))
     if args.table == "issue21":
+        if args.mlp != "fp32" and dev.device_kind() != "cuda":
+            ap.error(f"--mlp {args.mlp}: TensorCoreMLP runs on CUDA only, this device is {dev.device_kind()!r}")
         main_issue21(args, torch, has_torch)
         return
     print(f"image {args.size}x{args.size}, {args.steps} steps per run ({args.warmup} untimed warm-up), Adam lr 1e-2")

@@ -71,7 +71,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "schedule": ("sopt.optim.lr_scheduler.constant", "sopt.optim.lr_scheduler.exponential",
                  "sopt.optim.lr_scheduler.step", "sopt.optim.lr_scheduler.warmup_cosine"),
     "encoding": ("sopt.nn.frequency", "sopt.nn.hashgrid", "sopt.nn.identity"),
-    "network": ("sopt.nn.mlp", "sopt.nn.fully_fused_mlp"),
+    "network": ("sopt.nn.mlp", "sopt.nn.fully_fused_mlp", "sopt.nn.tensor_core_mlp"),
     "loss": ("sopt.losses.regression",),
     "simulator": ("sopt.sim.diffusion2d", "sopt.sim.nbody", "sopt.sim.projectile", "sopt.sim.spring_system",
                   "sopt.sim.wave2d"),

@@ -56,6 +56,7 @@ from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.config.schema import StrictModel
 from sopt.kernel import Kernel, dummy_buffer
+from sopt.nn import flat_layers
 from sopt.nn.activation import (Activation, ActivationName, activation_key, activation_name, make_activation,
                                 slang_activation)
 from sopt.nn.mlp import initial_layer_weights
@@ -225,16 +226,8 @@ class FullyFusedMLP(Module):
         self.hidden_features, self.hidden_layers = hidden_features, hidden_layers
         self.activation_module, self.output_activation_module = act, out_act
         self.activation, self.output_activation = activation_key(act), activation_key(out_act)
-        # (padded in, logical in, out, offset) per layer
-        self.layers: list[tuple[int, int, int, int]] = []
-        offset = 0
-        for j in range(hidden_layers + 1):
-            i_log = encoded if j == 0 else hidden_features
-            i_pad = _align4(encoded) if j == 0 else hidden_features
-            o = out_features if j == hidden_layers else hidden_features
-            self.layers.append((i_pad, i_log, o, offset))
-            offset += _align4(o * i_pad + o)
-        self._n_params = offset
+        # (padded in, logical in, out, offset) per layer (sopt.nn.flat_layers, shared with TensorCoreMLP)
+        self.layers, _ = flat_layers.flat_layout(encoded, hidden_features, hidden_layers, out_features)
         widths = [encoded] + [hidden_features] * hidden_layers + [out_features]
         self.params = Parameter(self._flatten(initial_layer_weights(widths, act, out_act, True, seed)), name="params")
         # the output layer's backward runs inside the last hidden layer's kernel (no dL/dz round trip through
@@ -275,10 +268,10 @@ class FullyFusedMLP(Module):
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "params", self.params
 
-    def _state_names(self) -> list[tuple[str, str]]:
-        """(weight key, bias key) per layer: MLP's names (its layer k is module k, or k + 1 after an encoding)."""
-        first = 1 if self.n_frequencies else 0
-        return [(f"{first + j}.weight", f"{first + j}.bias") for j in range(len(self.layers))]
+    def _first_state_index(self) -> int:
+        """The module index of layer 0 in ``state_dict()``'s keys (MLP's names: its layer k is module k, or k + 1
+        after a fused encoding, MLP's module 0)."""
+        return 1 if self.n_frequencies else 0
 
     def state_dict(self) -> "OrderedDict[str, np.ndarray]":
         """Per-layer float32 copies named and shaped as an MLP's of the same sizes (``"0.weight"`` (out, in),
@@ -288,37 +281,23 @@ class FullyFusedMLP(Module):
     def as_state_dict(self, flat: np.ndarray) -> "OrderedDict[str, np.ndarray]":
         """A flat vector laid out as ``params`` (its values, its gradient ``params.grad_numpy()``, vjp's
         ``grads["params"]``) as per-layer arrays keyed as ``state_dict()``."""
-        state: OrderedDict[str, np.ndarray] = OrderedDict()
-        for (wk, bk), (w, b) in zip(self._state_names(), self.layer_slices(flat)):
-            state[wk], state[bk] = w, b
-        return state
+        return flat_layers.as_state_dict(self.layers, flat, self._first_state_index())
 
     def _load_state(self, values: dict[str, np.ndarray]) -> None:
         """Write the checked per-layer ``values`` into the flat ``params`` (layers absent from ``values`` keep theirs)."""
-        layers = [(values.get(wk, w), values.get(bk, b)) for (wk, bk), (w, b) in zip(self._state_names(),
-                                                                                   self.layer_slices())]
-        self.params.load(self._flatten(layers))
+        self.params.load(flat_layers.load_state(self.layers, self.params.numpy(), values, self._first_state_index()))
 
     def _flatten(self, layers: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
         """The flat parameter vector of per-layer (W (out, in), b (out,)), padding columns and gaps zero."""
-        flat = np.zeros(self._n_params, np.float32)
-        for (i_pad, i_log, o, off), (w, b) in zip(self.layers, layers, strict=True):
-            flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log] = w
-            flat[off + o * i_pad: off + o * i_pad + o] = b
-        return flat
+        return flat_layers.flatten(self.layers, layers)
 
     def layer_slices(self, flat: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """(W_j, b_j) per layer as numpy arrays cut from ``flat`` (default: the current values), W_j (out, in)."""
-        flat = self.params.numpy() if flat is None else flat
-        return [(flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log].copy(),
-                 flat[off + o * i_pad: off + o * i_pad + o].copy()) for i_pad, i_log, o, off in self.layers]
+        return flat_layers.layer_slices(self.layers, self.params.numpy() if flat is None else flat)
 
     def load_layers(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Set every (W_j, b_j) from arrays shaped (out, in) and (out,), e.g. copied from torch.nn.Linear."""
-        for (i_pad, i_log, o, off), (w, b) in zip(self.layers, layers, strict=True):
-            if np.shape(w) != (o, i_log) or np.shape(b) != (o,):
-                raise ValueError(f"FullyFusedMLP.load_layers: expected W {(o, i_log)} and b {(o,)}, got "
-                                 f"{np.shape(w)} and {np.shape(b)}")
+        flat_layers.check_layers(self.layers, layers, "FullyFusedMLP.load_layers")
         self.params.load(self._flatten(layers))
 
     # -- kernels -------------------------------------------------------------------------------------------------

@@ -285,3 +285,111 @@ class TensorCoreMLP(Module):
             self._n_params, encoder)
         if own:
             dev.submit(encoder)
+
+    # -- config and state_dict ------------------------------------------------------------------------------------
+    # (appended after the kernels' part of the class; the names they use are imported at the end of the file)
+    @classmethod
+    def from_config(cls, config: "TensorCoreMLPConfig", in_features: int, out_features: int, *, encoding: Any = None,
+                    seed: int = 0, deterministic: bool = False) -> "TensorCoreMLP":
+        """The network of ``config`` from ``in_features`` to ``out_features`` (the registry's ``build("network",
+        ...)``). ``encoding`` must be None: TensorCoreMLP fuses none, an encoding goes before it in a Sequential.
+        ``seed`` draws the weights; ``deterministic`` goes to the constructor (its weight gradients are summed in a
+        fixed order either way). RuntimeError naming ``network.otype`` and FullyFusedMLP on a device but CUDA."""
+        if encoding is not None:
+            otype = getattr(encoding, "otype", None) or (encoding.get("otype") if isinstance(encoding, dict) else None)
+            raise ValueError(f"TensorCoreMLP fuses no encoding, got {otype or encoding!r}; put the encoding before it "
+                             "in a sopt.nn.Sequential")
+        if dev.device_kind() != "cuda":
+            raise RuntimeError(cuda_only_message(f"this device is {dev.device_kind()!r}"))
+        return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
+                   activation=config.activation, output_activation=config.output_activation, seed=seed,
+                   loss_scale=config.loss_scale, deterministic=deterministic)
+
+    def to_config(self) -> "TensorCoreMLPConfig":
+        """The network's config (the seed and ``deterministic`` are build arguments). ValueError for an activation
+        with non-default options (a config names the activation only)."""
+        return TensorCoreMLPConfig(
+            n_neurons=self.hidden_features, n_hidden_layers=self.hidden_layers,
+            activation=activation_name(self.activation_module, "TensorCoreMLP.to_config activation"),
+            output_activation=activation_name(self.output_activation_module,
+                                              "TensorCoreMLP.to_config output_activation"),
+            loss_scale=self.loss_scale)
+
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Per-layer float32 copies named and shaped as FullyFusedMLP's (and an MLP's) of the same sizes without an
+        encoding: ``"0.weight"`` (out, in), ``"0.bias"``, ... (sopt.nn.flat_layers), not ``named_parameters()``'s
+        one flat ``params``; so a state_dict of either network loads into the other."""
+        return self.as_state_dict(self.params.numpy())
+
+    def as_state_dict(self, flat: np.ndarray) -> "OrderedDict[str, np.ndarray]":
+        """A flat vector laid out as ``params`` (its values, its gradient, vjp's ``grads["params"]``) as per-layer
+        arrays keyed as ``state_dict()``."""
+        return flat_layers.as_state_dict(self.layers, flat)
+
+    def _load_state(self, values: dict[str, np.ndarray]) -> None:
+        """Write the checked per-layer ``values`` into the flat ``params`` (layers absent from ``values`` keep theirs)."""
+        self.params.load(flat_layers.load_state(self.layers, self.params.numpy(), values))
+
+    def load_layers(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Set every (W_j, b_j) from arrays shaped (out, in) and (out,), e.g. copied from torch.nn.Linear."""
+        flat_layers.check_layers(self.layers, layers, "TensorCoreMLP.load_layers")
+        self.params.load(flat_layers.flatten(self.layers, layers))
+
+
+# -- the "network" family's TensorCoreMLP ---------------------------------------------------------------------------
+# (after the class, so that this part is an addition to a file whose class body changes on its own)
+import os  # noqa: E402
+from collections import OrderedDict  # noqa: E402
+from typing import Literal  # noqa: E402
+
+from pydantic import Field  # noqa: E402
+
+from sopt.config.registry import ComponentConfig, register  # noqa: E402
+from sopt.nn import flat_layers  # noqa: E402
+from sopt.nn.activation import activation_name  # noqa: E402
+
+TensorCoreActivationName = Literal["None", "ReLU", "LeakyReLU", "Sigmoid", "Tanh"]
+"""The activations TensorCoreMLP takes: those whose derivative follows from their output."""
+
+
+def cuda_only_reason(why: str) -> str:
+    """Why a config's TensorCoreMLP is refused where CUDA is not used (``why``: the device, or why no CUDA), and
+    what to use instead; a problem config's error line puts ``config network.otype = 'TensorCoreMLP': `` before
+    it."""
+    return (f"runs on CUDA only (half-precision tensor-core MMAs); {why}: use 'FullyFusedMLP' (float32; the same "
+            "parameters and state_dict)")
+
+
+def cuda_only_message(why: str) -> str:
+    """:func:`cuda_only_reason` naming the key: what building a TensorCoreMLP from a config raises off CUDA."""
+    return f"network.otype = 'TensorCoreMLP' {cuda_only_reason(why)}"
+
+
+def cuda_unavailable() -> str | None:
+    """Why sopt's device will not be CUDA here, or None when it may be, found without creating a device (configs
+    are checked before): ``SOPT_DEVICE`` naming another backend, or no working CUDA driver (get_device then
+    picks Vulkan)."""
+    wanted = os.environ.get("SOPT_DEVICE", "").strip().lower()
+    if wanted and wanted != "cuda":
+        return f"SOPT_DEVICE={wanted} selects another backend"
+    if dev.cuda_memory_total() is None:
+        return "this machine has no working CUDA driver"
+    return None
+
+
+class TensorCoreMLPConfig(ComponentConfig):
+    """A small MLP with half-precision tensor-core products (sopt.nn.TensorCoreMLP; CUDA only; tiny-cuda-nn's
+    FullyFusedMLP scheme: half operands, float32 accumulation and master weights). Inputs <= 64 features."""
+
+    otype: Literal["TensorCoreMLP"] = "TensorCoreMLP"
+    n_neurons: int = Field(64, ge=16, le=MAX_WIDTH, multiple_of=16, description="width of every hidden layer "
+                                                                                "(features, a multiple of 16)")
+    n_hidden_layers: int = Field(2, ge=1, le=64, description="hidden layers")
+    activation: TensorCoreActivationName = Field("ReLU", description="activation after every hidden layer "
+                                                                     "(LeakyReLU: slope 0.01)")
+    output_activation: TensorCoreActivationName = Field("None", description="activation after the output layer")
+    loss_scale: float = Field(128.0, ge=1.0, le=65536.0, description="factor on dL/dy before it is rounded to half "
+                                                                     "(divided out of every gradient)")
+
+
+register("network", "TensorCoreMLP", TensorCoreMLPConfig)(TensorCoreMLP)

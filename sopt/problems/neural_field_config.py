@@ -15,6 +15,7 @@ from pydantic import Field
 from sopt.experiments.problem import ProblemConfig
 from sopt.nn.fully_fused_mlp import MAX_WIDTH
 from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
+from sopt.nn.tensor_core_mlp import MAX_WIDTH as TENSOR_CORE_MAX_WIDTH, cuda_only_reason, cuda_unavailable
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
 
@@ -26,8 +27,9 @@ def deterministic_field() -> Any:
 
 
 class NeuralFieldConfig(ProblemConfig):
-    """A problem config with ``encoding`` (Frequency, HashGrid, Identity), ``network`` (MLP, FullyFusedMLP) and
-    ``deterministic`` fields, for a network from ``in_features`` coordinates to ``out_features`` values."""
+    """A problem config with ``encoding`` (Frequency, HashGrid, Identity), ``network`` (MLP, FullyFusedMLP,
+    TensorCoreMLP) and ``deterministic`` fields, for a network from ``in_features`` coordinates to ``out_features``
+    values."""
 
     in_features: ClassVar[int]      # coordinates per sample (the encoding's input)
     out_features: ClassVar[int]     # the network's outputs per sample
@@ -57,11 +59,26 @@ class NeuralFieldConfig(ProblemConfig):
         return (levels[-1].offset + levels[-1].size) * enc.n_features_per_level
 
     def _widest(self) -> int:
-        """Floats per sample of the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation)."""
+        """Floats per sample of the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation;
+        TensorCoreMLP's deltas are L H + O16 halves a sample, O16 = out_features rounded up to 16, in rows padded
+        to 128 samples)."""
         net = self.network
-        net_width = net.n_neurons * net.n_hidden_layers + self.output_floats if net.otype == "FullyFusedMLP" \
-            else net.n_neurons
+        if net.otype == "FullyFusedMLP":
+            net_width = net.n_neurons * net.n_hidden_layers + self.output_floats
+        elif net.otype == "TensorCoreMLP":
+            net_width = -(-(net.n_neurons * net.n_hidden_layers + _align16(self.out_features)) // 2)
+        else:
+            net_width = net.n_neurons
         return max(self._encoding_width(), net_width, self.output_floats)
+
+    def _network_floats(self) -> int:
+        """Floats per sample the network's layers keep through a training step: every hidden layer before and after
+        its activation (MLP, FullyFusedMLP: 2 L H), or TensorCoreMLP's L hidden layers of H halves and L H + O16
+        halves of deltas (L H + O16 / 2; its rows padded to 128 samples add at most 127 samples' worth)."""
+        net = self.network
+        if net.otype == "TensorCoreMLP":
+            return net.n_neurons * net.n_hidden_layers + _align16(self.out_features) // 2
+        return 2 * net.n_neurons * net.n_hidden_layers
 
     def _parameter_count(self) -> int:
         """Trainable floats: the hash table's entries (HashGrid) and the network's weights and biases, layers of
@@ -73,7 +90,8 @@ class NeuralFieldConfig(ProblemConfig):
     def _network_errors(self) -> list[tuple[tuple[str, ...], Any, str]]:
         """The (dotted key, value, message) errors of :func:`sopt.problems.limits.refuse` for the encoding and
         network together: a hash table larger than 32-bit indices (or, deterministic, the fixed-point sums) hold,
-        an encoding wider than FullyFusedMLP takes."""
+        an encoding wider than FullyFusedMLP or TensorCoreMLP takes, a TensorCoreMLP where the device will not be
+        CUDA (known before any device exists: sopt.nn.tensor_core_mlp.cuda_unavailable)."""
         errors: list[tuple[tuple[str, ...], Any, str]] = []
         enc, net = self.encoding, self.network
         if enc.otype == "HashGrid":
@@ -84,8 +102,18 @@ class NeuralFieldConfig(ProblemConfig):
                                f"the table would hold {entries} floats, more than {limit}"
                                f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
         enc_width = self._encoding_width()
-        if net.otype == "FullyFusedMLP" and enc_width > MAX_WIDTH:
+        limit = {"FullyFusedMLP": MAX_WIDTH, "TensorCoreMLP": TENSOR_CORE_MAX_WIDTH}.get(net.otype)
+        if limit is not None and enc_width > limit:
             key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
             errors.append((("encoding", key), getattr(enc, key),
-                           f"the encoding gives {enc_width} features; FullyFusedMLP takes at most {MAX_WIDTH}"))
+                           f"the encoding gives {enc_width} features; {net.otype} takes at most {limit}"))
+        if net.otype == "TensorCoreMLP":
+            why = cuda_unavailable()
+            if why is not None:
+                errors.append((("network", "otype"), net.otype, cuda_only_reason(why)))
         return errors
+
+
+def _align16(n: int) -> int:
+    """n rounded up to a multiple of 16 (TensorCoreMLP's tiles)."""
+    return -(-n // 16) * 16

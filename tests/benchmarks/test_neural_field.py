@@ -146,3 +146,34 @@ def test_check_kit_needs_tcnn_sources_and_3d_grids(tmp_path: pathlib.Path) -> No
     assert len(added) == 1
     grid_h.write_text(added[0] + "\n")
     assert runner.check_kit(tmp_path, [2, 3]) == tmp_path.resolve()
+
+
+def test_issue21_table_fp16_rows_share_the_networks_tcnn_and_pytorch_columns() -> None:
+    assert nf.network_label("hashgrid", "fp32") == "hashgrid" and nf.network_label("hashgrid", "fp16") == \
+        "hashgrid-fp16"
+    assert nf.base_network("hashgrid-fp16") == nf.base_network("hashgrid") == "hashgrid"
+    batch = 1 << 14
+    rows = [{"framework": "sopt", "network": "hashgrid", "dims": 2, "batch": batch, "ms_per_step": 0.6, "psnr": 30.0},
+            {"framework": "sopt fp16", "network": "hashgrid-fp16", "dims": 2, "batch": batch, "ms_per_step": 0.4,
+             "psnr": 29.9},
+            {"framework": "pytorch eager", "network": "hashgrid", "dims": 2, "batch": batch, "ms_per_step": 3.0,
+             "psnr": 29.5}]
+    tcnn = [{"model": "hashgrid", "dims": 2, "batch": batch, "jit": 0, "jit_failed": False, "mean_ms": 0.2}]
+    fp32, fp16 = nf.issue21_table(rows, tcnn)
+    assert (fp32["network"], fp32["sopt"], fp32["tcnn"], fp32["torch"]) == ("hashgrid", 0.6, 0.2, 3.0)
+    assert (fp16["network"], fp16["sopt"], fp16["tcnn"], fp16["torch"]) == ("hashgrid-fp16", 0.4, 0.2, 3.0)
+    assert fp16["sopt_vs_tcnn"] == pytest.approx(2.0) and fp16["torch_vs_sopt"] == pytest.approx(7.5)
+    assert "| hashgrid-fp16 | 2D | 2^14 | 0.200 | - | 0.400 | 3.000 | 2.00x | - | 7.50x | 29.90 | 29.50 |" in \
+        nf.format_issue21_table([fp32, fp16])
+
+
+@pytest.mark.skipif(get_device().info.type != spy.DeviceType.cuda, reason="TensorCoreMLP runs on CUDA only")
+def test_fp16_network_is_a_tensor_core_mlp_after_the_encoding_with_the_fp32_weights() -> None:
+    fp32, fp16 = (nf.sopt_field_network("frequency", 2, seed=3, mlp=mlp) for mlp in ("fp32", "fp16"))
+    assert fp16.label == "sopt fp16" and type(fp16.model[1]).__name__ == "TensorCoreMLP"
+    assert fp16.model[0].out_features == 48
+    for (w32, b32), (w16, b16) in zip(fp32.layers, fp16.layers, strict=True):
+        np.testing.assert_array_equal(w32, w16)
+        np.testing.assert_array_equal(b32, b16)
+    with pytest.raises(ValueError, match="64"):   # 3D: 72 encoded features
+        nf.sopt_field_network("frequency", 3, mlp="fp16")

@@ -23,7 +23,7 @@ FAMILIES = {
     "optimizer": {"Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Lion"},
     "schedule": {"Constant", "WarmupCosine", "Step", "Exponential"},
     "encoding": {"Frequency", "HashGrid", "Identity"},
-    "network": {"MLP", "FullyFusedMLP"},
+    "network": {"MLP", "FullyFusedMLP", "TensorCoreMLP"},
     "loss": {"L2", "L1", "Huber", "RelativeL2"},
     "simulator": {"Projectile", "SpringSystem", "Diffusion2D", "Wave2D", "NBody"},
 }

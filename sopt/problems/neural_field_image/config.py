@@ -2,13 +2,14 @@
 
 Sections ``encoding``, ``network``, ``loss``, ``optimizer`` and ``schedule`` name their kind in ``otype`` and take
 any component of that family in :mod:`sopt.config.registry` (encodings Frequency, HashGrid, Identity; networks
-MLP, FullyFusedMLP; losses L2, L1, Huber, RelativeL2; every optimiser and schedule); the other keys are scalars.
+MLP, FullyFusedMLP, TensorCoreMLP (CUDA only); losses L2, L1, Huber, RelativeL2; every optimiser and schedule); the
+other keys are scalars.
 A user config is merged over the defaults (:func:`sopt.config.schema.merge`: a section that keeps its ``otype``
 updates the default's entries, one with another ``otype`` replaces the section) and validated: every problem is
 one line of a :class:`~sopt.config.schema.ConfigError` naming the dotted key, its value and what is allowed, found
 before any GPU work. Besides each key's type and bounds, the schema checks what only the keys together decide:
-the sizes the kernels can index (32-bit tensor indices), the widths FullyFusedMLP takes, the hash table's size,
-and that ``image`` names an existing file.
+the sizes the kernels can index (32-bit tensor indices), the widths FullyFusedMLP and TensorCoreMLP take (and
+that the latter will run on CUDA), the hash table's size, and that ``image`` names an existing file.
 """
 
 from __future__ import annotations
@@ -99,10 +100,9 @@ class NeuralFieldImageConfig(NeuralFieldConfig, problem="neural_field_image"):
         return self
 
     def _floats_per_sample(self) -> int:
-        """Floats one pixel takes through the model: coordinates, target, encoding, every hidden layer before and
-        after its activation, the output."""
-        net = self.network
-        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + \
+        """Floats one pixel takes through the model: coordinates, target, encoding, the network's layers
+        (:meth:`_network_floats`), the output."""
+        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + self._network_floats() + \
             OUT_FEATURES
 
     def memory_estimate(self) -> int:

@@ -166,10 +166,9 @@ class NeuralRadianceConfig(NeuralFieldConfig, problem="neural_radiance"):
         return self
 
     def _floats_per_sample(self) -> int:
-        """Floats one sample takes through a step: point, delta, depth, encoding, every hidden layer before and after
-        its activation, the raw output and its gradient."""
-        net = self.network
-        return IN_FEATURES + 2 + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + 2 * OUT_FEATURES
+        """Floats one sample takes through a step: point, delta, depth, encoding, the network's layers
+        (:meth:`_network_floats`), the raw output and its gradient."""
+        return IN_FEATURES + 2 + self._encoding_width() + self._network_floats() + 2 * OUT_FEATURES
 
     def memory_estimate(self) -> int:
         """Bytes this config needs: the views (V = train_views + test_views of P = image_size^2 pixels) on the host in

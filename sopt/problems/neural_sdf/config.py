@@ -125,10 +125,9 @@ class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
         return self
 
     def _floats_per_sample(self) -> int:
-        """Floats one point takes through the model: coordinates, target, encoding, every hidden layer before and
-        after its activation, the (padded) output."""
-        net = self.network
-        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + 2 * net.n_neurons * net.n_hidden_layers + \
+        """Floats one point takes through the model: coordinates, target, encoding, the network's layers
+        (:meth:`_network_floats`), the (padded) output."""
+        return IN_FEATURES + OUT_FEATURES + self._encoding_width() + self._network_floats() + \
             self.output_floats
 
     def memory_estimate(self) -> int:

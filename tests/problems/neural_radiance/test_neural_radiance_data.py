@@ -159,3 +159,14 @@ def test_config_errors_name_the_key(tmp_path: pathlib.Path):
         load_config(data=str(tmp_path))
     with pytest.raises(ConfigError, match="background = 'grey'"):
         load_config(background="grey")
+
+
+def test_a_tensor_core_mlp_runs_after_a_frequency_encoding_it_does_not_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sopt.nn import FrequencyEncoding, Sequential
+    from sopt.problems.neural_radiance.field import build_model
+    from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
+    calls = stand_in_tensor_core_mlp(monkeypatch)
+    model = build_model(load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16},
+                                    encoding={"otype": "Frequency", "n_frequencies": 6}))
+    assert isinstance(model, Sequential) and isinstance(model[0], FrequencyEncoding)
+    assert [(c["in_features"], c["out_features"], c["encoding"]) for c in calls] == [(36, 4, None)]

@@ -92,3 +92,16 @@ def test_a_file_that_is_no_mesh_is_refused_naming_it(tmp_path: pathlib.Path) -> 
     (tmp_path / "flat.obj").write_text("v 0 0 0\nv 1 0 0\nv 2 0 0\nf 1 2 3\n")
     with pytest.raises(ConfigError, match=r"^config mesh = .*flat.obj.*: its triangles have no area"):
         load_config(mesh=str(tmp_path / "flat.obj"))
+
+
+@pytest.mark.parametrize("encoding, width", [({"otype": "Frequency", "n_frequencies": 4}, 24),
+                                             ({"otype": "HashGrid", "n_levels": 8}, 16)])
+def test_a_tensor_core_mlp_runs_after_the_encoding_in_a_sequential(encoding: dict, width: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from sopt.nn import Sequential
+    from sopt.problems.neural_sdf.build import build_model
+    from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
+    calls = stand_in_tensor_core_mlp(monkeypatch)
+    model = build_model(load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16}, encoding=encoding))
+    assert isinstance(model, Sequential) and model[0].out_features == width
+    assert [(c["in_features"], c["out_features"], c["encoding"]) for c in calls] == [(width, 1, None)]
