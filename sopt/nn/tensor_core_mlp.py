@@ -52,7 +52,10 @@ from sopt.validation import check_int
 NT = 128   # threads per group of every kernel in tensor_core_mlp.slang
 TS = 128   # samples per tile
 MAX_WIDTH = 64
-_WEIGHT_GRAD_GROUPS = 264   # groups of the weight-gradient kernels (2 per SM on an H100)
+_WEIGHT_GRAD_GROUPS = 264   # groups of the weight-gradient kernels where the multiprocessors are unknown
+WEIGHT_GRAD_GROUPS_PER_SM = 4   # else per multiprocessor (36 KB of group-shared memory each)
+RED_THREADS = 256   # threads per group of tcmlp_reduce_kernel (RED_THREADS there): 32 parameters x 8 slices
+TILE_GROUPS_PER_SM = 3   # forward / deltas groups per multiprocessor (registers allow 3 and 2; the rest loop)
 _SOURCE = "nn/tensor_core_mlp"
 _PACK = Kernel(_SOURCE, "tcmlp_pack_kernel")
 _FORWARD = Kernel(_SOURCE, "tcmlp_forward_kernel")
@@ -67,10 +70,26 @@ _SLANG_ACT = {"none": "TcNone", "relu": "TcReLU", "leaky_relu": "TcLeakyReLU", "
               "tanh": "TcTanh"}
 
 
+def _tensor_key(t: spy.Tensor) -> tuple:
+    """What identifies a tensor's data: its memory, offset and shape (a detached view of x, as Sequential passes
+    back, is a new object over the same memory)."""
+    return (t.storage.device_address, t.offset, tuple(t.shape))
+
+
 def weight_grad_groups(n: int) -> int:
     """Groups of the weight-gradient kernels for a batch of n: one per tile of TS samples, at most
     _WEIGHT_GRAD_GROUPS (each group sums its tiles in registers and writes one row of partial sums)."""
-    return max(1, min(_WEIGHT_GRAD_GROUPS, align(n, TS) // TS))
+    sms = dev.multiprocessor_count()
+    return max(1, min(sms * WEIGHT_GRAD_GROUPS_PER_SM if sms else _WEIGHT_GRAD_GROUPS, align(n, TS) // TS))
+
+
+def tile_groups(n: int) -> int:
+    """Groups of the forward and deltas kernels for a batch of n: every tile of TS samples its own group, at most
+    TILE_GROUPS_PER_SM per multiprocessor where CUDA says how many there are (the groups then walk the tiles,
+    staging the weights once)."""
+    tiles = align(n, TS) // TS
+    sms = dev.multiprocessor_count()
+    return max(1, min(tiles, sms * TILE_GROUPS_PER_SM) if sms else tiles)
 
 
 def align(n: int, m: int) -> int:
@@ -190,7 +209,7 @@ class TensorCoreMLP(Module):
         self._bias = spy.Tensor.zeros(device, (sum(o for o, _ in self._shapes),), "float")
         self._buffers: dict[int, dict[str, spy.Tensor]] = {}
         self._bound: dict[tuple, dev.BoundKernel] = {}
-        self._forwarded: tuple[int, int] | None = None   # (id(x), id(y)) of the last training forward
+        self._forwarded: tuple | None = None   # _tensor_key of (x, y) of the last training forward
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "params", self.params
@@ -242,6 +261,7 @@ class TensorCoreMLP(Module):
             call.update(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage, tc_packed_u=self._packed.storage,
                         tc_bias=self._bias.storage, tc_saved=b["saved"].storage, tc_dz=b["dz"].storage,
                         tc_partial=b["partial"].storage, n_params=self._n_params, n_groups=weight_grad_groups(n),
+                        n_tile_groups=tile_groups(n),
                         loss_scale=self.loss_scale, act_param=self._params_of(self.activation_module),
                         out_act_param=self._params_of(self.output_activation_module))
             bound = self._bound[key] = kernel.bind(call=call)
@@ -259,15 +279,15 @@ class TensorCoreMLP(Module):
             words, encoder)
         self._kernel(self._forward[int(self.training)], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset).dispatch(
-            align(n, TS) // TS * NT, encoder)
+            tile_groups(n) * NT, encoder)
         if own:
             dev.submit(encoder)
-        self._forwarded = (id(x), id(y)) if self.training else None
+        self._forwarded = (_tensor_key(x), _tensor_key(y)) if self.training else None
         return y
 
     def backward(self, x: spy.Tensor, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
         n = self._check_input(x)
-        if self._forwarded != (id(x), id(y)):
+        if self._forwarded != (_tensor_key(x), _tensor_key(y)):
             raise ValueError("TensorCoreMLP.backward: (x, y) must be the last training forward()'s input and output")
         g = self.params.grad
         want_dx = int(x.grad_out is not None)
@@ -277,12 +297,12 @@ class TensorCoreMLP(Module):
         dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
         self._kernel(self._deltas[want_dx], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset, tc_dy=y.grad.storage,
-            dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(align(n, TS) // TS * NT, encoder)
+            dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(tile_groups(n) * NT, encoder)
         groups = weight_grad_groups(n)
         for kernel in self._weight_grad:
             self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset).dispatch(groups * NT, encoder)
         self._kernel(_REDUCE, n).set_members("call", tc_grads=g.storage, grads_off=g.offset).dispatch(
-            self._n_params, encoder)
+            -(-self._n_params // 32) * RED_THREADS, encoder)
         if own:
             dev.submit(encoder)
 
