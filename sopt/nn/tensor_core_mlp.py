@@ -1,22 +1,23 @@
 """TensorCoreMLP: FullyFusedMLP's network with its matrix products on tensor cores (CUDA only; a prototype).
 
 tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 master weights. The kernels
-(slang_lib/nn/tensor_core_mlp.slang) use Slang's core ``linalg.CoopMat`` 16x16x16 tiles, which Slang's CUDA
-backend lowers to ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` (two per tile product). Per step:
+(slang_lib/nn/tensor_core_mlp.slang) are PTX ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` products with
+``ldmatrix`` operand loads (CUDA inline assembly). Per step:
 
 1. ``tcmlp_pack``: the float32 master parameters (``params``, FullyFusedMLP's flat layout, so optimisers,
    checkpoints and ``FullyFusedMLP.params`` interchange) are converted to a half copy of every W_j, zero-padded
    to multiples of 16, and a float copy of the biases: once per forward call (the weights change every
    optimiser step), one small dispatch.
-2. forward: one group of 128 threads per tile of 128 samples; every layer z = W_j a + b_j as half MMAs with
-   float32 accumulation, the bias and activation applied in float32, the activations kept in groupshared
-   memory as half; training saves each hidden layer's half output a_{j+1}.
+2. forward: tiles of TS = 64 samples, 16 rows per warp; every layer z = W_j a + b_j as half MMAs with float32
+   accumulation, the bias and activation applied in float32, the activations kept in group-shared memory as
+   half; training saves each hidden layer's half output a_{j+1}.
 3. backward, deltas: dz_L = S dL/dy out_act'(y), dz_{j-1} = (W_j^T dz_j) act'(a_j) through the layers (one
    kernel, half MMAs), each stored as half; dL/dx = W_0^T dz_0 / S in float32. S = ``loss_scale`` (tiny-cuda-nn's
    128): half's normal range ends at 6.1e-5, and a mean loss over 2^20 samples has dL/dy near 1e-6.
 4. backward, weights: per layer dW_j = sum_n dz_j[n] a_j[n]^T / S as half MMAs over the batch with float32
-   accumulation (each group sums its share of the tiles in registers, then one atomic add per weight), and
-   db_j = sum_n dz_j[n] / S in float32.
+   accumulation (each group sums its share of the tiles in registers and writes its sums to a row of partial
+   sums), and db_j = sum_n dz_j[n] / S (the product with a column of ones); ``tcmlp_reduce`` adds the rows in a
+   fixed order, so the gradients are the same bits on every run (no float atomics).
 
 Precision: outputs within ~1e-3 relative of FullyFusedMLP's float32 ones. The gradients are those of this
 half-precision forward, exact to ~1e-3 for its own activation states, which are not always float32's: a ReLU
@@ -50,12 +51,12 @@ from sopt.parameter import Parameter
 from sopt.validation import check_int
 
 NT = 128   # threads per group of every kernel in tensor_core_mlp.slang
-TS = 128   # samples per tile
+TS = 64   # samples per tile
 MAX_WIDTH = 64
 _WEIGHT_GRAD_GROUPS = 264   # groups of the weight-gradient kernels where the multiprocessors are unknown
 WEIGHT_GRAD_GROUPS_PER_SM = 4   # else per multiprocessor (36 KB of group-shared memory each)
 RED_THREADS = 256   # threads per group of tcmlp_reduce_kernel (RED_THREADS there): 32 parameters x 8 slices
-TILE_GROUPS_PER_SM = 3   # forward / deltas groups per multiprocessor (registers allow 3 and 2; the rest loop)
+TILE_GROUPS_PER_SM = 4   # forward / deltas groups per multiprocessor (80 and 126 registers; the groups loop over the tiles)
 _SOURCE = "nn/tensor_core_mlp"
 _PACK = Kernel(_SOURCE, "tcmlp_pack_kernel")
 _FORWARD = Kernel(_SOURCE, "tcmlp_forward_kernel")

@@ -10,7 +10,7 @@ import pytest
 from sopt import device as dev
 from sopt.nn.activation import make_activation
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
-from sopt.nn.tensor_core_mlp import TensorCoreMLP, flat_layout, initial_flat, pack_reference
+from sopt.nn.tensor_core_mlp import TS, TensorCoreMLP, flat_layout, initial_flat, pack_reference
 from sopt.nn.vjp import vjp
 
 SIZES = [(32, 64, 2, 3), (3, 16, 1, 5), (7, 32, 3, 20)]   # (in, hidden, hidden layers, out)
@@ -97,7 +97,7 @@ def test_matches_fully_fused_mlp_on_cuda(in_f, hidden, layers, out_f, act, n):
     # half operands, float32 accumulation: ~5e-4 relative per product (numpy emulation of the kernels: 5.0e-4)
     assert _rel(y_tc, y_ff) < 5e-3
     # The saved half hidden outputs a_{j+1} (L x n_pad x H), from which the backward takes act'(z_j).
-    n_pad = -(-n // 128) * 128
+    n_pad = -(-n // TS) * TS
     states = tc._buffers[n]["saved"].to_numpy().view(np.float16).reshape(layers, n_pad, hidden)[:, :n]
     w_b = tc.layer_slices()
     hidden_ref, z_pos, dx_ref, grads_ref = _reference_through_states(w_b, x_np, dy_np, states, act)
