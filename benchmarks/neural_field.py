@@ -37,8 +37,7 @@ input dimension (``--dims 2,3``) and batch (``--batches 14,18,20``):
 ``--mlp fp16`` (or ``both``, each sopt network twice) builds sopt's MLP as ``TensorCoreMLP`` (CUDA only: half
 operands on tensor cores, float32 accumulation and master weights, as tiny-cuda-nn's FullyFusedMLP) instead of
 the float32 ``FullyFusedMLP`` (``--mlp fp32``, the default): ``Sequential(HashGridEncoding, TensorCoreMLP)`` and
-``Sequential(FrequencyEncoding, TensorCoreMLP)`` (it fuses no encoding; 3D frequency's 72 features exceed its 64
-inputs, so that row is skipped). Its rows are labelled ``hashgrid-fp16`` / ``frequency-fp16``; both start from the
+``TensorCoreMLP`` with the frequency encoding fused (as FullyFusedMLP fuses it; up to 80 encoded inputs). Its rows are labelled ``hashgrid-fp16`` / ``frequency-fp16``; both start from the
 same initial weights (same seed), and their tiny-cuda-nn and PyTorch columns are the network's measurements (PyTorch
 runs once per network, dims and batch).
 
@@ -318,19 +317,23 @@ def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bo
     """Issue 21's ``network`` ("hashgrid" or "frequency") for ``dims`` inputs, built with sopt (see the module
     docstring); the frequency network falls back to the ``sopt.nn.MLP`` layers where FullyFusedMLP refuses its
     encoded width. ``deterministic``: every layer sums its gradients in a fixed order. ``mlp``: "fp32"
-    (FullyFusedMLP) or "fp16" (TensorCoreMLP after the encoding's own module; CUDA only, ValueError for an encoded
-    width above its 64 inputs); the same initial weights either way."""
+    (FullyFusedMLP) or "fp16" (TensorCoreMLP: the frequency encoding fused into it, the hash grid in a Sequential
+    before it; CUDA only, ValueError for an encoded width above its 80 inputs); the same initial weights either
+    way."""
     if mlp not in MLP_PRECISIONS:
         raise ValueError(f"mlp must be one of {MLP_PRECISIONS}, got {mlp!r}")
     if network not in ISSUE21_NETWORKS:
         raise ValueError(f"network must be one of {ISSUE21_NETWORKS}, got {network!r}")
     if mlp == "fp16":
-        enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic) if network == "hashgrid" \
-            else FrequencyEncoding(dims, ISSUE21_N_FREQS)
+        if network == "frequency":   # fused into the first layer, as FullyFusedMLP fuses it
+            net = TensorCoreMLP(dims, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
+                                encoding={"otype": "Frequency", "n_frequencies": ISSUE21_N_FREQS},
+                                deterministic=deterministic)
+            return SoptField("sopt fp16", net, None, mlp_layers(net.state_dict()))
+        enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic)
         net = TensorCoreMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
                             deterministic=deterministic)
-        table = enc.state_dict()["table"] if network == "hashgrid" else None
-        return SoptField("sopt fp16", Sequential(enc, net), table, mlp_layers(net.state_dict()))
+        return SoptField("sopt fp16", Sequential(enc, net), enc.state_dict()["table"], mlp_layers(net.state_dict()))
     if network == "hashgrid":
         enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic)
         net = FullyFusedMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
@@ -543,7 +546,7 @@ def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
                     try:
                         row, built = run_sopt_field(network, dims, data, batch, n_steps, args.warmup,
                                                     args.max_seconds, mlp=mlp)
-                    except ValueError as e:   # TensorCoreMLP's 64 inputs (3D frequency: 72 features)
+                    except ValueError as e:   # TensorCoreMLP's 80 inputs
                         if mlp == "fp32":
                             raise
                         print(f"  sopt {network_label(network, mlp)} {dims}D: not run ({e})", flush=True)

@@ -37,14 +37,20 @@ size, as FullyFusedMLP outside a tape).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import os
+from collections import OrderedDict
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import slangpy as spy
+from pydantic import Field
 
 from sopt import device as dev
+from sopt.config.registry import ComponentConfig, register
+from sopt.config.schema import StrictModel
 from sopt.kernel import Kernel, dummy_buffer
-from sopt.nn.activation import Activation, activation_key, make_activation, slang_activation
+from sopt.nn import flat_layers
+from sopt.nn.activation import Activation, activation_key, activation_name, make_activation, slang_activation
 from sopt.nn.mlp import initial_layer_weights
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
@@ -53,6 +59,7 @@ from sopt.validation import check_int
 NT = 128   # threads per group of every kernel in tensor_core_mlp.slang
 TS = 64   # samples per tile
 MAX_WIDTH = 64
+MAX_INPUT = 80   # layer 0's inputs (after a fused frequency encoding): K0 <= 80, the group-shared row (88 halves)
 _WEIGHT_GRAD_GROUPS = 264   # groups of the weight-gradient kernels where the multiprocessors are unknown
 WEIGHT_GRAD_GROUPS_PER_SM = 4   # else per multiprocessor (36 KB of group-shared memory each)
 RED_THREADS = 256   # threads per group of tcmlp_reduce_kernel (RED_THREADS there): 32 parameters x 8 slices
@@ -156,27 +163,39 @@ class TensorCoreMLP(Module):
     """MLP on tensor cores (CUDA only); see the module docstring for the maths, precision and parameter layout.
 
     Args:
-        in_features, out_features: input and output widths (<= 64).
+        in_features, out_features: input and output widths (out <= 64; in, or with ``encoding`` the encoded
+            width 2 F in_features, <= 80).
         hidden_features: width of every hidden layer (a multiple of 16, <= 64).
         hidden_layers: number of hidden layers L (>= 1).
         activation / output_activation: ReLU, LeakyReLU, Sigmoid, Tanh or None (names or Activations as for MLP).
         seed: initialisation seed (FullyFusedMLP's and MLP's weights for the same seed).
         loss_scale: S, the factor on dL/dy before it is rounded to half (divided out of every gradient).
+        encoding: None or ``{"otype": "Frequency", "n_frequencies": F}`` (FullyFusedMLP's): the first layer
+            reads sin/cos(2^k pi x) computed in the kernels from x's in_features coordinates; no dL/dx then.
         deterministic: accepted for the interface every layer shares; the gradients are always summed in a fixed
             order (per-group partial sums, then tcmlp_reduce), so every run gives the same bits.
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 2,
                  activation: Any = "relu", output_activation: Any = "none", seed: int = 0,
-                 loss_scale: float = 128.0, deterministic: bool = False) -> None:
+                 loss_scale: float = 128.0, encoding: dict | None = None, deterministic: bool = False) -> None:
         in_features = check_int(in_features, "TensorCoreMLP in_features", low=1)
+        self.n_frequencies = 0
+        if encoding is not None:
+            if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
+                    set(encoding) - {"otype", "n_frequencies"}:
+                raise ValueError("TensorCoreMLP: encoding must be None or {'otype': 'Frequency', 'n_frequencies': F}, "
+                                 f"got {encoding!r}")
+            self.n_frequencies = check_int(encoding.get("n_frequencies", 12), "TensorCoreMLP n_frequencies", low=1)
+        features = in_features * 2 * self.n_frequencies if self.n_frequencies else in_features
         out_features = check_int(out_features, "TensorCoreMLP out_features", low=1)
         hidden_features = check_int(hidden_features, "TensorCoreMLP hidden_features", low=16)
         hidden_layers = check_int(hidden_layers, "TensorCoreMLP hidden_layers", low=1)
         seed = check_int(seed, "TensorCoreMLP seed", low=0)
-        if hidden_features % 16 or hidden_features > MAX_WIDTH or in_features > MAX_WIDTH or out_features > MAX_WIDTH:
-            raise ValueError(f"TensorCoreMLP: hidden_features must be a multiple of 16 and every width <= {MAX_WIDTH}, "
-                             f"got in {in_features}, hidden {hidden_features}, out {out_features}")
+        if hidden_features % 16 or hidden_features > MAX_WIDTH or out_features > MAX_WIDTH or features > MAX_INPUT:
+            raise ValueError(f"TensorCoreMLP: hidden_features must be a multiple of 16, hidden and out widths <= "
+                             f"{MAX_WIDTH} and layer 0's inputs <= {MAX_INPUT}, got in {features}"
+                             f"{' (encoded)' if self.n_frequencies else ''}, hidden {hidden_features}, out {out_features}")
         if not (isinstance(loss_scale, (int, float)) and 1.0 <= float(loss_scale) <= 65536.0):
             raise ValueError(f"TensorCoreMLP loss_scale must be a number in [1, 65536], got {loss_scale!r}")
         if dev.device_kind() != "cuda":
@@ -194,17 +213,17 @@ class TensorCoreMLP(Module):
         self.activation, self.output_activation = activation_key(act), activation_key(out_act)
         self.loss_scale = float(loss_scale)
         self.deterministic = bool(deterministic)
-        self.layers, self._n_params = flat_layout(in_features, hidden_features, hidden_layers, out_features)
-        self.params = Parameter(initial_flat(in_features, hidden_features, hidden_layers, out_features, act, out_act,
+        self.layers, self._n_params = flat_layout(features, hidden_features, hidden_layers, out_features)
+        self.params = Parameter(initial_flat(features, hidden_features, hidden_layers, out_features, act, out_act,
                                              seed), name="params")
-        self._shapes = packed_shapes(in_features, hidden_features, hidden_layers, out_features)
-        sizes = (in_features, align(in_features, 16), hidden_features, out_features, align(out_features, 16),
+        self._shapes = packed_shapes(features, hidden_features, hidden_layers, out_features)
+        sizes = (features, align(features, 16), hidden_features, out_features, align(out_features, 16),
                  hidden_layers)
         acts = (_SLANG_ACT[self.activation], _SLANG_ACT[self.output_activation])
         self._pack = _PACK.specialise(*sizes)
-        self._forward = {save: _FORWARD.specialise(*sizes, *acts, save) for save in (0, 1)}
+        self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
         self._deltas = {dx: _DELTAS.specialise(*sizes, *acts, dx) for dx in (0, 1)}
-        self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]
+        self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j, self.n_frequencies) for j in range(hidden_layers + 1)]
         device = dev.get_device()
         self._packed = spy.Tensor.zeros(device, (sum(o * k for o, k in self._shapes) // 2,), "float")  # half pairs
         self._bias = spy.Tensor.zeros(device, (sum(o for o, _ in self._shapes),), "float")
@@ -292,6 +311,9 @@ class TensorCoreMLP(Module):
             raise ValueError("TensorCoreMLP.backward: (x, y) must be the last training forward()'s input and output")
         g = self.params.grad
         want_dx = int(x.grad_out is not None)
+        if want_dx and self.n_frequencies:
+            raise ValueError("TensorCoreMLP.backward: x wants a gradient, but a fused Frequency encoding gives no dL/dx; "
+                             "run FrequencyEncoding before TensorCoreMLP in a sopt.nn.Sequential for it")
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
@@ -313,18 +335,20 @@ class TensorCoreMLP(Module):
     def from_config(cls, config: "TensorCoreMLPConfig", in_features: int, out_features: int, *, encoding: Any = None,
                     seed: int = 0, deterministic: bool = False) -> "TensorCoreMLP":
         """The network of ``config`` from ``in_features`` to ``out_features`` (the registry's ``build("network",
-        ...)``). ``encoding`` must be None: TensorCoreMLP fuses none, an encoding goes before it in a Sequential.
+        ...)``). ``encoding``: None or a Frequency encoding (its config, or the constructor's dict), fused into
+        the first layer; other encodings go before it in a Sequential.
         ``seed`` draws the weights; ``deterministic`` goes to the constructor (its weight gradients are summed in a
         fixed order either way). RuntimeError naming ``network.otype`` and FullyFusedMLP on a device but CUDA."""
-        if encoding is not None:
-            otype = getattr(encoding, "otype", None) or (encoding.get("otype") if isinstance(encoding, dict) else None)
-            raise ValueError(f"TensorCoreMLP fuses no encoding, got {otype or encoding!r}; put the encoding before it "
-                             "in a sopt.nn.Sequential")
+        if isinstance(encoding, StrictModel):
+            if getattr(encoding, "otype", None) != "Frequency":
+                raise ValueError(f"TensorCoreMLP fuses only a Frequency encoding, got {encoding.otype!r}; put other "
+                                 "encodings before it in a sopt.nn.Sequential")
+            encoding = encoding.model_dump()
         if dev.device_kind() != "cuda":
             raise RuntimeError(cuda_only_message(f"this device is {dev.device_kind()!r}"))
         return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
                    activation=config.activation, output_activation=config.output_activation, seed=seed,
-                   loss_scale=config.loss_scale, deterministic=deterministic)
+                   loss_scale=config.loss_scale, encoding=encoding, deterministic=deterministic)
 
     def to_config(self) -> "TensorCoreMLPConfig":
         """The network's config (the seed and ``deterministic`` are build arguments). ValueError for an activation
@@ -358,17 +382,6 @@ class TensorCoreMLP(Module):
 
 
 # -- the "network" family's TensorCoreMLP ---------------------------------------------------------------------------
-# (after the class, so that this part is an addition to a file whose class body changes on its own)
-import os  # noqa: E402
-from collections import OrderedDict  # noqa: E402
-from typing import Literal  # noqa: E402
-
-from pydantic import Field  # noqa: E402
-
-from sopt.config.registry import ComponentConfig, register  # noqa: E402
-from sopt.nn import flat_layers  # noqa: E402
-from sopt.nn.activation import activation_name  # noqa: E402
-
 TensorCoreActivationName = Literal["None", "ReLU", "LeakyReLU", "Sigmoid", "Tanh"]
 """The activations TensorCoreMLP takes: those whose derivative follows from their output."""
 

@@ -15,7 +15,7 @@ from pydantic import Field
 from sopt.experiments.problem import ProblemConfig
 from sopt.nn.fully_fused_mlp import MAX_WIDTH
 from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
-from sopt.nn.tensor_core_mlp import MAX_WIDTH as TENSOR_CORE_MAX_WIDTH, cuda_only_reason, cuda_unavailable
+from sopt.nn.tensor_core_mlp import MAX_INPUT as TENSOR_CORE_MAX_INPUT, cuda_only_reason, cuda_unavailable
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
 
@@ -102,7 +102,7 @@ class NeuralFieldConfig(ProblemConfig):
                                f"the table would hold {entries} floats, more than {limit}"
                                f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
         enc_width = self._encoding_width()
-        limit = {"FullyFusedMLP": MAX_WIDTH, "TensorCoreMLP": TENSOR_CORE_MAX_WIDTH}.get(net.otype)
+        limit = {"FullyFusedMLP": MAX_WIDTH, "TensorCoreMLP": TENSOR_CORE_MAX_INPUT}.get(net.otype)
         if limit is not None and enc_width > limit:
             key = {"Frequency": "n_frequencies", "HashGrid": "n_levels"}.get(enc.otype, "otype")
             errors.append((("encoding", key), getattr(enc, key),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import slangpy as spy
 
 from sopt import device as dev
 from sopt.nn.activation import make_activation
@@ -28,6 +29,13 @@ def test_layout_and_initial_weights_are_fully_fused_mlps(in_f, hidden, layers, o
     for (w, b), (w_ff, b_ff) in zip(mine, ff.layer_slices(flat), strict=True):
         np.testing.assert_array_equal(w, w_ff)
         np.testing.assert_array_equal(b, b_ff)
+
+
+def test_fused_frequency_layout_and_initial_weights_are_fully_fused_mlps():
+    # with a fused Frequency encoding, layer 0 takes the 2 F D encoded inputs: FullyFusedMLP's layout and weights
+    ff = FullyFusedMLP(3, 4, hidden_features=32, hidden_layers=2, encoding={"otype": "Frequency", "n_frequencies": 6},
+                       seed=2)
+    np.testing.assert_array_equal(initial_flat(36, 32, 2, 4, make_activation("relu"), None, seed=2), ff.params.numpy())
 
 
 def test_pack_reference_pads_to_16_and_rounds_to_half():
@@ -120,3 +128,34 @@ def test_matches_fully_fused_mlp_on_cuda(in_f, hidden, layers, out_f, act, n):
             same_state &= ((s > 0) == zp).all(1)
     assert same_state.sum() >= 0.95 * n   # emulated: 987 of 1000 rows
     assert _rel(dx_tc[same_state], dx_ff[same_state]) < 5e-3
+
+
+@pytest.mark.skipif("dev.device_kind() != 'cuda'")
+@pytest.mark.parametrize("dims,n_freqs", [(2, 12), (3, 12)])   # 48 and 72 encoded inputs (K0 = 48, 80)
+def test_fused_frequency_encoding_matches_fully_fused_mlp_on_cuda(dims, n_freqs):
+    # tanh: no activation state can flip between half and float32, so every gradient agrees to half precision
+    enc = {"otype": "Frequency", "n_frequencies": n_freqs}
+    ff = FullyFusedMLP(dims, 3, hidden_features=64, hidden_layers=2, activation="tanh", encoding=enc, seed=2)
+    tc = TensorCoreMLP(dims, 3, hidden_features=64, hidden_layers=2, activation="tanh", encoding=enc, seed=2)
+    np.testing.assert_array_equal(tc.params.numpy(), ff.params.numpy())
+    rng = np.random.default_rng(5)
+    n = 700
+    x = spy.Tensor.from_numpy(dev.get_device(), rng.uniform(0, 1, (n, dims)).astype(np.float32))
+    dy = (rng.standard_normal((n, 3)) / n).astype(np.float32)
+    out = []
+    for m in (ff, tc):
+        m.params.zero_grad()
+        y = m.forward(x)
+        y.grad.copy_from_numpy(dy)
+        m.backward(x, y)
+        out.append((y.to_numpy().reshape(n, 3).copy(), m.params.grad_numpy().copy()))
+    (y_ff, g_ff), (y_tc, g_tc) = out
+    assert _rel(y_tc, y_ff) < 5e-3
+    for (dw_tc, db_tc), (dw_ff, db_ff) in zip(tc.layer_slices(g_tc), ff.layer_slices(g_ff), strict=True):
+        assert _rel(dw_tc, dw_ff) < 1e-2
+        assert _rel(db_tc, db_ff) < 1e-2
+    with pytest.raises(ValueError, match="gives no dL/dx"):
+        xg = spy.Tensor.from_numpy(dev.get_device(), rng.uniform(0, 1, (n, dims)).astype(np.float32)).with_grads(
+            zero=True)
+        y = tc.forward(xg)
+        tc.backward(xg, y)

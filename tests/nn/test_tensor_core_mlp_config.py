@@ -52,9 +52,9 @@ def test_build_off_cuda_says_network_otype_runs_on_cuda_only() -> None:
         build("network", {"otype": "TensorCoreMLP"}, 32, 3, seed=1, deterministic=True)
 
 
-def test_build_refuses_an_encoding() -> None:   # it fuses none (before the device check, so on any device)
-    with pytest.raises(ValueError, match="fuses no encoding, got 'Frequency'; put the encoding before it"):
-        build("network", {"otype": "TensorCoreMLP"}, 2, 3, encoding={"otype": "Frequency", "n_frequencies": 4})
+def test_build_refuses_an_encoding_but_frequency() -> None:   # before the device check, so on any device
+    with pytest.raises(ValueError, match="fuses only a Frequency encoding, got 'HashGrid'; put other encodings"):
+        build("network", {"otype": "TensorCoreMLP"}, 2, 3, encoding=as_config("encoding", {"otype": "HashGrid"}))
 
 
 @pytest.mark.skipif(dev.device_kind() != "cuda", reason="TensorCoreMLP runs on CUDA only")
@@ -115,12 +115,12 @@ def test_a_neural_field_config_refuses_it_off_cuda(monkeypatch: pytest.MonkeyPat
             "SOPT_DEVICE=vulkan selects another backend: use 'FullyFusedMLP'") in str(info.value)
 
 
-def test_a_neural_field_config_refuses_an_encoding_wider_than_64(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_neural_field_config_refuses_an_encoding_wider_than_80(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(neural_field_config, "cuda_unavailable", lambda: None)
     with pytest.raises(ConfigError) as info:
-        load_config(network={"otype": "TensorCoreMLP"}, encoding={"otype": "Frequency", "n_frequencies": 17})
+        load_config(network={"otype": "TensorCoreMLP"}, encoding={"otype": "Frequency", "n_frequencies": 21})
     assert str(info.value).count("\n") == 0, str(info.value)   # that one line
-    assert ("config encoding.n_frequencies = 17: the encoding gives 68 features; TensorCoreMLP takes at most 64"
+    assert ("config encoding.n_frequencies = 21: the encoding gives 84 features; TensorCoreMLP takes at most 80"
             in str(info.value))
     config = load_config(network={"otype": "TensorCoreMLP", "n_neurons": 32, "n_hidden_layers": 3},
                          encoding={"otype": "Frequency", "n_frequencies": 16})

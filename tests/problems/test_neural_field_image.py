@@ -181,17 +181,18 @@ def test_fit_image_takes_a_config_dict(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("encoding", [{"otype": "Frequency", "n_frequencies": 4}, {"otype": "HashGrid", "n_levels": 8},
                                       {"otype": "Identity"}])
-def test_a_tensor_core_mlp_runs_after_every_encoding_in_a_sequential(encoding: dict,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tensor_core_mlp_fuses_frequency_and_runs_after_other_encodings(encoding: dict,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from sopt.problems.neural_field_image.build import build_model
     from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
     calls = stand_in_tensor_core_mlp(monkeypatch)
     config = load_config(network={"otype": "TensorCoreMLP", "n_neurons": 32}, encoding=encoding, seed=7,
                          deterministic=True)
     model = build_model(config)
-    want_in = {"Frequency": 16, "HashGrid": 16, "Identity": 2}[encoding["otype"]]
-    assert calls == [{"in_features": want_in, "out_features": 3, "encoding": None, "seed": 7, "deterministic": True}]
-    if encoding["otype"] == "Identity":   # y = x: no encoding module at all
+    want_in = {"Frequency": 2, "HashGrid": 16, "Identity": 2}[encoding["otype"]]
+    fused = config.encoding if encoding["otype"] == "Frequency" else None
+    assert calls == [{"in_features": want_in, "out_features": 3, "encoding": fused, "seed": 7, "deterministic": True}]
+    if encoding["otype"] != "HashGrid":   # Frequency: fused into it; Identity y = x: no encoding module at all
         assert isinstance(model, sopt.nn.FullyFusedMLP)
     else:
         assert isinstance(model, sopt.nn.Sequential) and model[0].out_features == want_in

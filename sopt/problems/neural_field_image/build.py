@@ -12,8 +12,7 @@ def build_model(config: NeuralFieldImageConfig) -> nn.Module:
 
     ``MLP``: sopt.nn.MLP with the encoding as module 0 (none for an Identity encoding that changes nothing).
     ``FullyFusedMLP``: a Frequency encoding is fused into it (one kernel per pass), any other encoding runs
-    before it in a Sequential. ``TensorCoreMLP`` (CUDA only) fuses none: every encoding runs before it in a
-    Sequential. ``deterministic`` goes to every layer with a reduction.
+    before it in a Sequential; ``TensorCoreMLP`` (CUDA only) the same. ``deterministic`` goes to every layer with a reduction.
     """
     if not isinstance(config, NeuralFieldImageConfig):
         raise ValueError(f"build_model needs a NeuralFieldImageConfig, got {type(config).__name__}")
@@ -22,8 +21,7 @@ def build_model(config: NeuralFieldImageConfig) -> nn.Module:
     if encoding.otype == "Identity" and encoding.scale == 1.0 and encoding.offset == 0.0:
         encoding = None   # y = x: no module, no dispatch
     network = config.network
-    if encoding is not None and (network.otype == "TensorCoreMLP" or
-                                 network.otype == "FullyFusedMLP" and encoding.otype != "Frequency"):
+    if encoding is not None and network.otype in ("FullyFusedMLP", "TensorCoreMLP") and encoding.otype != "Frequency":
         enc = build("encoding", encoding, IN_FEATURES, seed=seed, deterministic=det)
         return nn.Sequential(enc, build("network", network, enc.out_features, OUT_FEATURES, seed=seed,
                                         deterministic=det))

@@ -21,11 +21,11 @@ import slangpy as spy
 def build_model(config: NeuralRadianceConfig) -> nn.Module:
     """encoding + network sections -> a model from unit-cube points (N, 3) to raw (density, R, G, B) (N, 4), seeded
     with ``config.seed``: the encoding before the network in a Sequential (a Frequency encoding is fused into a
-    FullyFusedMLP or an MLP instead, as neural_field_image builds them; a TensorCoreMLP fuses none)."""
+    FullyFusedMLP, a TensorCoreMLP or an MLP instead, as neural_field_image builds them)."""
     det, seed, encoding, network = config.deterministic, config.seed, config.encoding, config.network
     if encoding.otype == "Identity" and encoding.scale == 1.0 and encoding.offset == 0.0:
         encoding = None
-    if encoding is not None and (encoding.otype != "Frequency" or network.otype == "TensorCoreMLP"):
+    if encoding is not None and encoding.otype != "Frequency":
         enc = build("encoding", encoding, IN_FEATURES, seed=seed, deterministic=det)
         return nn.Sequential(enc, build("network", network, enc.out_features, OUT_FEATURES, seed=seed,
                                         deterministic=det))

@@ -16,7 +16,7 @@ def build_model(config: NeuralSDFConfig) -> nn.Module:
         raise ValueError(f"build_model needs a NeuralSDFConfig, got {type(config).__name__}")
     det, seed = config.deterministic, config.seed
     encoding, network = config.encoding, config.network
-    if network.otype == "TensorCoreMLP" or network.otype == "FullyFusedMLP" and encoding.otype != "Frequency":
+    if network.otype in ("FullyFusedMLP", "TensorCoreMLP") and encoding.otype != "Frequency":
         enc = build("encoding", encoding, IN_FEATURES, seed=seed, deterministic=det)
         return nn.Sequential(enc, build("network", network, enc.out_features, OUT_FEATURES, seed=seed,
                                         deterministic=det))

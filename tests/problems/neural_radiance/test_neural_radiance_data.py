@@ -161,12 +161,13 @@ def test_config_errors_name_the_key(tmp_path: pathlib.Path):
         load_config(background="grey")
 
 
-def test_a_tensor_core_mlp_runs_after_a_frequency_encoding_it_does_not_fuse(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sopt.nn import FrequencyEncoding, Sequential
+def test_a_tensor_core_mlp_fuses_a_frequency_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sopt.nn import Sequential
     from sopt.problems.neural_radiance.field import build_model
     from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
     calls = stand_in_tensor_core_mlp(monkeypatch)
-    model = build_model(load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16},
-                                    encoding={"otype": "Frequency", "n_frequencies": 6}))
-    assert isinstance(model, Sequential) and isinstance(model[0], FrequencyEncoding)
-    assert [(c["in_features"], c["out_features"], c["encoding"]) for c in calls] == [(36, 4, None)]
+    config = load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16},
+                         encoding={"otype": "Frequency", "n_frequencies": 6})
+    model = build_model(config)
+    assert not isinstance(model, Sequential)
+    assert [(c["in_features"], c["out_features"], c["encoding"]) for c in calls] == [(3, 4, config.encoding)]

@@ -94,8 +94,7 @@ def test_a_file_that_is_no_mesh_is_refused_naming_it(tmp_path: pathlib.Path) -> 
         load_config(mesh=str(tmp_path / "flat.obj"))
 
 
-@pytest.mark.parametrize("encoding, width", [({"otype": "Frequency", "n_frequencies": 4}, 24),
-                                             ({"otype": "HashGrid", "n_levels": 8}, 16)])
+@pytest.mark.parametrize("encoding, width", [({"otype": "HashGrid", "n_levels": 8}, 16)])
 def test_a_tensor_core_mlp_runs_after_the_encoding_in_a_sequential(encoding: dict, width: int,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from sopt.nn import Sequential
