@@ -168,12 +168,12 @@ def test_issue21_table_fp16_rows_share_the_networks_tcnn_and_pytorch_columns() -
 
 
 @pytest.mark.skipif(get_device().info.type != spy.DeviceType.cuda, reason="TensorCoreMLP runs on CUDA only")
-def test_fp16_network_is_a_tensor_core_mlp_after_the_encoding_with_the_fp32_weights() -> None:
-    fp32, fp16 = (nf.sopt_field_network("frequency", 2, seed=3, mlp=mlp) for mlp in ("fp32", "fp16"))
-    assert fp16.label == "sopt fp16" and type(fp16.model[1]).__name__ == "TensorCoreMLP"
-    assert fp16.model[0].out_features == 48
-    for (w32, b32), (w16, b16) in zip(fp32.layers, fp16.layers, strict=True):
-        np.testing.assert_array_equal(w32, w16)
-        np.testing.assert_array_equal(b32, b16)
-    with pytest.raises(ValueError, match="64"):   # 3D: 72 encoded features
-        nf.sopt_field_network("frequency", 3, mlp="fp16")
+def test_fp16_network_is_a_tensor_core_mlp_with_the_fp32_weights() -> None:
+    for network, dims in (("frequency", 2), ("frequency", 3), ("hashgrid", 3)):
+        fp32, fp16 = (nf.sopt_field_network(network, dims, seed=3, mlp=mlp) for mlp in ("fp32", "fp16"))
+        net = fp16.model if network == "frequency" else fp16.model[1]   # frequency: fused into it
+        assert fp16.label == "sopt fp16" and type(net).__name__ == "TensorCoreMLP"
+        assert net.layers[0][1] == (2 * 12 * dims if network == "frequency" else 32)   # layer 0's inputs
+        for (w32, b32), (w16, b16) in zip(fp32.layers, fp16.layers, strict=True):
+            np.testing.assert_array_equal(w32, w16)
+            np.testing.assert_array_equal(b32, b16)
