@@ -10,7 +10,8 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
    optimiser step), one small dispatch.
 2. forward: tiles of TS = 64 samples, 16 rows per warp; every layer z = W_j a + b_j as half MMAs with float32
    accumulation, the bias and activation applied in float32, the activations kept in group-shared memory as
-   half; training saves each hidden layer's half output a_{j+1}.
+   half; training saves each hidden layer's half output a_{j+1} and layer 0's half inputs a_0 (x, or its fused
+   encoding), which the weight gradient of layer 0 reads instead of x.
 3. backward, deltas: dz_L = S dL/dy out_act'(y), dz_{j-1} = (W_j^T dz_j) act'(a_j) through the layers (one
    kernel, half MMAs), each stored as half; dL/dx = W_0^T dz_0 / S in float32. S = ``loss_scale`` (tiny-cuda-nn's
    128): half's normal range ends at 6.1e-5, and a mean loss over 2^20 samples has dL/dy near 1e-6.
@@ -223,7 +224,7 @@ class TensorCoreMLP(Module):
         self._pack = _PACK.specialise(*sizes)
         self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
         self._deltas = {dx: _DELTAS.specialise(*sizes, *acts, dx) for dx in (0, 1)}
-        self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j, self.n_frequencies) for j in range(hidden_layers + 1)]
+        self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]
         device = dev.get_device()
         self._packed = spy.Tensor.zeros(device, (sum(o * k for o, k in self._shapes) // 2,), "float")  # half pairs
         self._bias = spy.Tensor.zeros(device, (sum(o for o, _ in self._shapes),), "float")
@@ -245,7 +246,7 @@ class TensorCoreMLP(Module):
 
     def _buffers_for(self, n: int) -> dict[str, spy.Tensor]:
         """y (n x out, with its gradient), half buffers (as float pairs) of the saved activations (L x n_pad x
-        H) and the deltas (n_pad x (L H + O16)), and the weight-gradient groups' sums (groups x the flat layout's
+        H), layer 0's half inputs (n_pad x K0), the deltas (n_pad x (L H + O16)), and the weight-gradient groups' sums (groups x the flat layout's
         floats; entries of the layout's padding are never written and stay 0)."""
         b = self._buffers.get(n)
         if b is None:
@@ -255,6 +256,7 @@ class TensorCoreMLP(Module):
             b = {"y": spy.Tensor.zeros(device, (n, self.out_features), "float").with_grads(zero=True),
                  "saved": spy.Tensor.zeros(device, (L * n_pad * h // 2,), "float"),
                  "dz": spy.Tensor.zeros(device, (n_pad * (L * h + o16) // 2,), "float"),
+                 "x16": spy.Tensor.zeros(device, (n_pad * self._shapes[0][1] // 2,), "float"),
                  "partial": spy.Tensor.zeros(device, (weight_grad_groups(n) * self._n_params,), "float")}
             if len(self._buffers) >= 4:
                 self._buffers.pop(next(iter(self._buffers)))
@@ -280,6 +282,7 @@ class TensorCoreMLP(Module):
             call.update({name: 0 for name in _CALL_OFFSETS})
             call.update(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage, tc_packed_u=self._packed.storage,
                         tc_bias=self._bias.storage, tc_saved=b["saved"].storage, tc_dz=b["dz"].storage,
+                        tc_x16=b["x16"].storage,
                         tc_partial=b["partial"].storage, n_params=self._n_params, n_groups=weight_grad_groups(n),
                         n_tile_groups=tile_groups(n),
                         loss_scale=self.loss_scale, act_param=self._params_of(self.activation_module),

@@ -61,7 +61,7 @@ class NeuralFieldConfig(ProblemConfig):
     def _widest(self) -> int:
         """Floats per sample of the widest per-batch tensor (FullyFusedMLP saves every layer's pre-activation;
         TensorCoreMLP's deltas are L H + O16 halves a sample, O16 = out_features rounded up to 16, in rows padded
-        to 128 samples)."""
+        to 64 samples)."""
         net = self.network
         if net.otype == "FullyFusedMLP":
             net_width = net.n_neurons * net.n_hidden_layers + self.output_floats
@@ -73,11 +73,13 @@ class NeuralFieldConfig(ProblemConfig):
 
     def _network_floats(self) -> int:
         """Floats per sample the network's layers keep through a training step: every hidden layer before and after
-        its activation (MLP, FullyFusedMLP: 2 L H), or TensorCoreMLP's L hidden layers of H halves and L H + O16
-        halves of deltas (L H + O16 / 2; its rows padded to 128 samples add at most 127 samples' worth)."""
+        its activation (MLP, FullyFusedMLP: 2 L H), or TensorCoreMLP's L hidden layers of H halves, L H + O16
+        halves of deltas and K0 halves of layer 0's inputs (L H + (O16 + K0) / 2, K0 = the encoded width rounded
+        up to 16; its rows padded to 64 samples add at most 63 samples' worth)."""
         net = self.network
         if net.otype == "TensorCoreMLP":
-            return net.n_neurons * net.n_hidden_layers + _align16(self.out_features) // 2
+            return (net.n_neurons * net.n_hidden_layers + _align16(self.out_features) // 2
+                    + _align16(self._encoding_width()) // 2)
         return 2 * net.n_neurons * net.n_hidden_layers
 
     def _parameter_count(self) -> int:

@@ -124,7 +124,8 @@ def test_a_neural_field_config_refuses_an_encoding_wider_than_80(monkeypatch: py
             in str(info.value))
     config = load_config(network={"otype": "TensorCoreMLP", "n_neurons": 32, "n_hidden_layers": 3},
                          encoding={"otype": "Frequency", "n_frequencies": 16})
-    # L H halves saved + L H + O16 halves of deltas a sample: 96 + 8 floats, against FullyFusedMLP's 2 L H = 192
-    assert config._network_floats() == 32 * 3 + 16 // 2
+    # L H halves saved + L H + O16 halves of deltas + K0 = 64 halves of layer 0's inputs (2 x 16 x 2 = 64 features)
+    # a sample: 96 + 8 + 32 floats, against FullyFusedMLP's 2 L H = 192
+    assert config._network_floats() == 32 * 3 + 16 // 2 + 64 // 2
     assert config._widest() == 64 and config.model_copy(update={"encoding": config.encoding.model_copy(
         update={"n_frequencies": 4})})._widest() == (32 * 3 + 16 + 1) // 2
