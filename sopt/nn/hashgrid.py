@@ -35,6 +35,9 @@ COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 1
                         # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
 _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
+_GRAD_MAX_KERNEL = Kernel("nn/hashgrid", "hashgrid_grad_max_kernel")           # deterministic mode, pass 1
+_FIXED_TO_GRAD_KERNEL = Kernel("nn/hashgrid", "hashgrid_fixed_to_grad_kernel")   # and pass 3
+FIXED_PER_THREAD = 4   # floats per thread of those two (FIXED_PER_THREAD in hashgrid.slang)
 
 
 class HashGridConfig(ComponentConfig):
@@ -181,9 +184,7 @@ class HashGridEncoding(Module):
         # holds int64 sums, two floats' worth of group-shared memory each
         self.coarse_levels = coarse_levels(self.levels, self.n_features * (2 if self.deterministic else 1))
         self._coarse_kernels: dict[int, Any] = {}   # coarse level count -> BoundKernel, made on first use
-        if self.deterministic:
-            self._max_fn = Function("nn/hashgrid", "hashgrid_grad_max", self.n_levels, self.n_features)
-            self._to_grad_fn = Function("nn/hashgrid", "hashgrid_fixed_to_grad", self.n_features)
+        self._fixed_kernels: tuple[Any, Any] | None = None   # deterministic mode's passes 1 and 3, bound on first use
 
     @classmethod
     def from_config(cls, config: HashGridConfig, in_dims: int, *, seed: int = 0,
@@ -209,6 +210,15 @@ class HashGridEncoding(Module):
                 "need_dx": int(need_dx), "det": int(self._fixed is not None),
                 "fixed": self._fixed if self._fixed is not None else dummy_buffer(), "max_at": max_at,
                 "log2_n": log2_n}
+
+    def _bind_fixed_kernels(self, fixed: spy.Buffer) -> tuple[Any, Any]:
+        """hashgrid_grad_max_kernel and hashgrid_fixed_to_grad_kernel with their HashGridFixedArgs bound (the
+        per-call members set at each backward)."""
+        def bind(kernel: Kernel) -> Any:
+            return kernel.bind(call={"fixed": fixed, "values": dummy_buffer(), "off": 0, "stride": 0, "width": 1,
+                                     "count": 0, "max_at": 0, "log2_n": 0})
+        self._fixed_kernels = (bind(_GRAD_MAX_KERNEL), bind(_FIXED_TO_GRAD_KERNEL))
+        return self._fixed_kernels
 
     def _fixed_buffer(self) -> spy.Buffer:
         """The deterministic mode's buffer: two M slots (8 bytes), then one int64 per table entry, all zero."""
@@ -247,13 +257,21 @@ class HashGridEncoding(Module):
         own = encoder is None
         if own:
             encoder = get_device().create_command_encoder()
-        launch(self._max_fn, encoder, n=spy.grid((n,)), y=batch_grad(y), fixed=fixed, max_at=max_at)
+        dy = y.grad
+        if dy.strides[1] != 1:
+            raise ValueError(f"HashGridEncoding.backward: dL/dy must have contiguous rows, got strides {dy.strides}")
+        max_kernel, to_grad_kernel = self._fixed_kernels or self._bind_fixed_kernels(fixed)
+        width = self.out_features
+        max_kernel.set_members("call", values=dy.storage, off=dy.offset, stride=dy.strides[0], width=width,
+                               count=n * width, max_at=max_at).dispatch(
+            -(-n * width // FIXED_PER_THREAD), encoder)
         # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
         coarse = self._coarse_backprop(x, y.grad, encoder, (fixed, max_at, log2_n))
         launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
                g=self._grid(want_dx, max_at, log2_n), coarse=coarse, y=batch_grad(y))
-        launch(self._to_grad_fn, encoder, i=spy.grid((self.table.size,)), fixed=fixed, max_at=max_at, log2_n=log2_n,
-               table_grad=self.table.grad)
+        grad = self.table.grad
+        to_grad_kernel.set_members("call", values=grad.storage, off=grad.offset, count=self.table.size, max_at=max_at,
+                                   log2_n=log2_n).dispatch(-(-self.table.size // FIXED_PER_THREAD), encoder)
         if own:
             submit(encoder)
 
