@@ -37,7 +37,8 @@ _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
 _GRAD_MAX_KERNEL = Kernel("nn/hashgrid", "hashgrid_grad_max_kernel")           # deterministic mode, pass 1
 _FIXED_TO_GRAD_KERNEL = Kernel("nn/hashgrid", "hashgrid_fixed_to_grad_kernel")   # and pass 3
-FIXED_PER_THREAD = 4   # floats per thread of those two (FIXED_PER_THREAD in hashgrid.slang)
+FIXED_PER_THREAD = 4   # floats per thread of pass 3 (FIXED_PER_THREAD in hashgrid.slang)
+GRAD_MAX_PER_THREAD = 16   # and of pass 1 (GRAD_MAX_PER_THREAD there)
 
 
 class HashGridConfig(ComponentConfig):
@@ -264,7 +265,7 @@ class HashGridEncoding(Module):
         width = self.out_features
         max_kernel.set_members("call", values=dy.storage, off=dy.offset, stride=dy.strides[0], width=width,
                                count=n * width, max_at=max_at).dispatch(
-            -(-n * width // FIXED_PER_THREAD), encoder)
+            -(-n * width // GRAD_MAX_PER_THREAD), encoder)
         # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
         coarse = self._coarse_backprop(x, y.grad, encoder, (fixed, max_at, log2_n))
         launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
