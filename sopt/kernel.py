@@ -31,6 +31,7 @@ Every launch counts in :func:`sopt.device.dispatch_count`; a kernel's first use 
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import threading
 import time
@@ -43,7 +44,7 @@ from slangpy.slangpy import Shape
 
 from sopt import device as dev
 
-__all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "launch", "prefetch_declared"]
+__all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "grid_1d", "launch", "prefetch_declared"]
 
 # loaded objects, by (id of the device, what) -- one device per process today, but a kernel belongs to a device
 _modules: dict[tuple[int, str], spy.Module] = {}             # SlangPy modules (functions)
@@ -305,6 +306,13 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({self.label!r})"
+
+
+@functools.lru_cache(maxsize=256)
+def grid_1d(n: int) -> Any:
+    """``spy.grid((n,))``, the call shape of a 1-D launch, made once per ``n`` (building one costs ~2.5 us of host
+    time; a training step launches a few; SlangPy only reads it)."""
+    return spy.grid((n,))
 
 
 _dummies: dict[int, spy.Tensor] = {}

@@ -41,7 +41,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
-from sopt.kernel import Function, launch
+from sopt.kernel import Function, grid_1d, launch
 from sopt.parameter import Parameter
 
 
@@ -434,7 +434,7 @@ class Tape:
                     copy_into(enc, g, t.grad)
             else:
                 if info.grad_ready:
-                    scratch = self._pool.take(tuple(t.shape), False)
+                    scratch = self._pool.take(t.shape.as_tuple(), False)
                     enc.upload_buffer_data(scratch.storage, 4 * scratch.offset, np.ascontiguousarray(g))
                     add_into(enc, scratch, t.grad)
                 else:
@@ -499,7 +499,7 @@ class Tape:
             if not info.requires_grad:
                 redirect[i] = t.detach() if t.grad_out is not None else t
             elif info.grad_ready:
-                scratch = self._pool.take(tuple(t.shape), False)
+                scratch = self._pool.take(t.shape.as_tuple(), False)
                 redirect[i] = t.detach().with_grads(grad_in=scratch, grad_out=scratch, zero=False)
                 pending.append((scratch, t.grad))
             else:
@@ -512,7 +512,7 @@ class Tape:
     # -- the tape's own kernels --------------------------------------------------------------------------------
     def _fill(self, enc: spy.CommandEncoder, dst: spy.Tensor, value: float, add: bool) -> None:
         if add:
-            scratch = self._pool.take(tuple(dst.shape), False)
+            scratch = self._pool.take(dst.shape.as_tuple(), False)
             fill(enc, scratch, value)
             add_into(enc, scratch, dst)
         else:
@@ -535,7 +535,9 @@ class Tape:
 
 
 def _numel(t: spy.Tensor) -> int:
-    return math.prod(t.shape)   # not numpy's prod: this runs several times per recorded step
+    # not numpy's prod, nor iteration over the Shape (~2 us: SlangPy's Shape iterates by indexing until
+    # IndexError): this runs several times per recorded step
+    return math.prod(t.shape.as_tuple())
 
 
 def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:
@@ -548,14 +550,14 @@ def clear(encoder: spy.CommandEncoder, t: spy.Tensor) -> None:
 
 def fill(encoder: spy.CommandEncoder, t: spy.Tensor, value: float) -> None:
     """Record ``t = value`` (every element; contiguous float32) into ``encoder``: one dispatch."""
-    launch(_FILL, encoder, i=spy.grid((_numel(t),)), value=value, dst=flat(t))
+    launch(_FILL, encoder, i=grid_1d(_numel(t)), value=value, dst=flat(t))
 
 
 def add_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:
     """Record ``dst += src`` (same element count, contiguous float32) into ``encoder``: one dispatch."""
     if _numel(src) != _numel(dst):
         raise ValueError(f"add_into: {_numel(src)} elements into {_numel(dst)}")
-    launch(_ADD, encoder, i=spy.grid((_numel(dst),)), src=flat(src), dst=flat(dst))
+    launch(_ADD, encoder, i=grid_1d(_numel(dst)), src=flat(src), dst=flat(dst))
 
 
 def copy_into(encoder: spy.CommandEncoder, src: spy.Tensor, dst: spy.Tensor) -> None:

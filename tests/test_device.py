@@ -99,3 +99,19 @@ def test_cuda_memory_total_asks_the_driver_once_per_process(monkeypatch) -> None
             assert len(asked) == 1
     finally:
         device.cuda_memory_total.cache_clear()   # the real driver's answer for the tests after this one
+
+
+def test_bound_kernel_set_members_refuses_unknown_members_before_writing() -> None:
+    import pytest
+    from sopt.losses import MSELoss
+
+    bound = MSELoss()._kernel          # regression.slang's kernel: a flat ``args`` struct, bound with every member
+    bound.set(args={"count": 7, "pred_offset": 0, "target_offset": 0, "grad_offset": 0, "n_groups": 1, "slot": 0,
+                    "inv_count": 1.0 / 7, "param": 0.0, "accumulate": 0})
+    with pytest.raises(KeyError, match=r"args has no member\(s\) \['slott'\]"):
+        bound.set_members("args", count=9, slott=1)
+    assert bound._values["args"]["count"] == 7   # the known member given with it was not written either
+    bound.set_members("args", count=9)
+    assert bound._values["args"]["count"] == 9
+    with pytest.raises(KeyError, match="nothing has no member"):
+        bound.set_members("nothing", count=1)

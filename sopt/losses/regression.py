@@ -11,6 +11,7 @@ prediction adds its gradient instead (the gradient of the sum). Nothing is read 
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -44,6 +45,7 @@ class Loss:
 
     def __init__(self) -> None:
         self._last_checked: tuple[spy.Tensor, spy.Tensor] | None = None
+        self._groups = 0   # thread groups of the pair last checked
         self._ring = ResultRing()
         partials = dev.get_device().create_buffer(
             size=4 * 2 * MAX_GROUPS, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
@@ -69,22 +71,29 @@ class Loss:
         return type(self).__name__
 
     def __call__(self, pred: spy.Tensor, target: Any, encoder: spy.CommandEncoder | None = None) -> LossValue:
-        # a training loop passes the same (pooled) tensors step after step: check a pair once
-        if self._last_checked is None or pred is not self._last_checked[0] or target is not self._last_checked[1]:
+        # a training loop passes the same (pooled) tensors step after step: check a pair once, and write its
+        # kernel arguments (sizes, offsets, buffers) only when the pair changes
+        checked = self._last_checked
+        same_pair = checked is not None and pred is checked[0] and target is checked[1]
+        if not same_pair:
             pred, target = self._check(pred, target)
             self._last_checked = (pred, target) if isinstance(target, spy.Tensor) else None
         tape = current_tape()
         if tape is not None and encoder is not None and encoder is not tape.encoder:
             raise ValueError(f"{self.name}: called with an encoder inside 'with tape:'; the tape records into its own")
         accumulate = tape is not None and tape.seeded_before(pred)
-        count = int(np.prod(tuple(pred.shape)))
-        groups = min(MAX_GROUPS, -(-count // THREADS))
         slot, serial = self._ring.next()
-        args = {"count": count, "pred_offset": pred.offset, "target_offset": target.offset,
-                "grad_offset": pred.grad.offset, "n_groups": groups, "slot": slot, "inv_count": 1.0 / count,
-                "param": self.param, "accumulate": int(accumulate)}
-        bound = self._kernel.set(args=args, pred=pred.storage, target=target.storage, pred_grad=pred.grad.storage,
-                                 results=self._ring.buffer)
+        if same_pair:   # the kernel was last bound to this pair (a new pair always goes the long way)
+            groups = self._groups
+            bound = self._kernel.set_members("args", slot=slot, param=self.param, accumulate=int(accumulate))
+        else:
+            count = math.prod(pred.shape.as_tuple())
+            groups = self._groups = min(MAX_GROUPS, -(-count // THREADS))
+            args = {"count": count, "pred_offset": pred.offset, "target_offset": target.offset,
+                    "grad_offset": pred.grad.offset, "n_groups": groups, "slot": slot, "inv_count": 1.0 / count,
+                    "param": self.param, "accumulate": int(accumulate)}
+            bound = self._kernel.set(args=args, pred=pred.storage, target=target.storage,
+                                     pred_grad=pred.grad.storage, results=self._ring.buffer)
         value = LossValue(self._ring, slot, serial, self.name)
         if tape is None:
             bound.dispatch(groups * THREADS, encoder)

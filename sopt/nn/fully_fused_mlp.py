@@ -404,7 +404,7 @@ class FullyFusedMLP(Module):
         if not self.training:
             raise ValueError("FullyFusedMLP.backward: the module is in eval mode (no saved activations); call train()")
         call = self._calls.get(id(y))
-        if call is None or call[0] is not y or tuple(y.shape) != (n, self.out_features):
+        if call is None or call[0] is not y or y.shape.as_tuple() != (n, self.out_features):
             raise ValueError("FullyFusedMLP.backward: y must be the tensor a recent forward() returned for this x")
         b = self._batch_buffers(n)
         p, g = self.params.values, self.params.grad

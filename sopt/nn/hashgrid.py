@@ -14,7 +14,7 @@ from sopt import init
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device, multiprocessor_count, submit
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.kernel import Function, Kernel, dummy_buffer, launch
+from sopt.kernel import Function, Kernel, dummy_buffer, grid_1d, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
@@ -234,7 +234,7 @@ class HashGridEncoding(Module):
         x = as_batch(x, self.in_features, "HashGridEncoding")
         n = x.shape[0]
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, n=spy.grid((n,)), x=batch_in(x, False), g=self._grid(False), y=y)
+        launch(self._forward_fn, encoder, n=grid_1d(n), x=batch_in(x, False), g=self._grid(False), y=y)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -248,7 +248,7 @@ class HashGridEncoding(Module):
             if own:
                 encoder = get_device().create_command_encoder()
             coarse = self._coarse_backprop(x, y.grad, encoder)
-            launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
+            launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
                    g=self._grid(want_dx), coarse=coarse, y=batch_grad(y))
             if own:
                 submit(encoder)
@@ -268,7 +268,7 @@ class HashGridEncoding(Module):
             -(-n * width // GRAD_MAX_PER_THREAD), encoder)
         # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
         coarse = self._coarse_backprop(x, y.grad, encoder, (fixed, max_at, log2_n))
-        launch(self._backprop_fn, encoder, n=spy.grid((n,)), x=batch_in(x, want_dx),
+        launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
                g=self._grid(want_dx, max_at, log2_n), coarse=coarse, y=batch_grad(y))
         grad = self.table.grad
         to_grad_kernel.set_members("call", values=grad.storage, off=grad.offset, count=self.table.size, max_at=max_at,

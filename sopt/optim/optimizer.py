@@ -239,7 +239,11 @@ class Optimizer(StateDict):
     def _ensure_states(self, also: Iterable[str] = (), encoder: spy.CommandEncoder | None = None) -> None:
         """Allocate the state slots the current hyperparameters need (and ``also``), in the kernel's order; the
         arena's move into a larger buffer is recorded into ``encoder`` when given."""
-        needed = self.required_states() | set(also)
+        needed = self.required_states()
+        if also:
+            needed = needed | set(also)
+        if needed <= self._slots.keys():   # every step after the first: nothing to allocate
+            return
         for name in self.state_names:
             if name in needed and name not in self._slots:
                 per_param = [np.full(p.shape, self.state_fill(name, g), np.float32)

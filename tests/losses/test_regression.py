@@ -111,6 +111,12 @@ def test_two_evaluations_recorded_into_one_encoder(losses):
     assert (v1.item(), v2.item()) == (1.0, 9.0)
     np.testing.assert_allclose(pred1.grad.to_numpy(), np.full((3, 2), 2.0 / 6), rtol=1e-6)
     np.testing.assert_allclose(pred2.grad.to_numpy(), np.full((5, 1), -6.0 / 5), rtol=1e-6)
+    # the same pair again writes only the slot (its sizes and buffers are bound); a change of pair rebinds them all
+    encoder = device.create_command_encoder()
+    values = [losses["mse"](pred2, target2, encoder), losses["mse"](pred1, target1, encoder),
+              losses["mse"](pred1, target1, encoder), losses["mse"](pred2, target2, encoder)]
+    dev.submit(encoder)
+    assert [v.item() for v in values] == [9.0, 1.0, 1.0, 9.0]
 
 
 def test_nonfinite_device_target_is_reported_on_read(losses):
