@@ -8,6 +8,7 @@ import slangpy as spy
 from pydantic import Field
 
 from sopt.config.registry import ComponentConfig, register
+from sopt.config.schema import StrictModel
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
 from sopt.kernel import Function, launch
 from sopt.nn.module import Module
@@ -78,3 +79,23 @@ class FrequencyEncoding(Module):
 
     def __repr__(self) -> str:
         return f"FrequencyEncoding(in_dims={self.in_dims}, n_freqs={self.n_freqs})"
+
+
+def fused_frequencies(encoding: Any, owner: str) -> int:
+    """F of the Frequency encoding an MLP fuses into its first layer (FullyFusedMLP, TensorCoreMLP), 0 for None.
+
+    ``encoding``: None, a Frequency encoding's config, or the dict ``{"otype": "Frequency", "n_frequencies": F}``
+    (F defaults to 12). ValueError naming ``owner`` for another encoding's config (it goes before the MLP in a
+    Sequential) or any other value."""
+    if isinstance(encoding, StrictModel):
+        if getattr(encoding, "otype", None) != "Frequency":
+            raise ValueError(f"{owner} fuses only a Frequency encoding, got {encoding.otype!r}; put other encodings "
+                             "before it in a sopt.nn.Sequential")
+        encoding = encoding.model_dump()
+    if encoding is None:
+        return 0
+    if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
+            set(encoding) - {"otype", "n_frequencies"}:
+        raise ValueError(f"{owner}: encoding must be None or {{'otype': 'Frequency', 'n_frequencies': F}}, "
+                         f"got {encoding!r}")
+    return check_int(encoding.get("n_frequencies", 12), f"{owner} n_frequencies", low=1)

@@ -54,9 +54,9 @@ from pydantic import Field
 
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
-from sopt.config.schema import StrictModel
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn import flat_layers
+from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import (Activation, ActivationName, activation_key, activation_name, make_activation,
                                 slang_activation)
 from sopt.nn.mlp import initial_layer_weights
@@ -187,12 +187,14 @@ class FullyFusedMLP(Module):
             ``self.output_activation`` hold the canonical lower-case name (``"leaky_relu"``, ``"none"``), and
             ``activation_module`` / ``output_activation_module`` the Activation (None for none).
         seed: initialisation seed (the same as MLP's: the same seed gives the same weights).
+        encoding: None, or a Frequency encoding fused into the first layer: ``{"otype": "Frequency",
+            "n_frequencies": F}`` (F <= 24) or its config (sopt.nn.frequency.fused_frequencies).
         deterministic: bit-identical weight gradients run to run (a fixed-order reduction over the thread
             groups, one more dispatch per backward; see the module docstring).
     """
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 3,
-                 activation: Any = "relu", output_activation: Any = "none", encoding: dict | None = None,
+                 activation: Any = "relu", output_activation: Any = "none", encoding: Any = None,
                  seed: int = 0, deterministic: bool = False) -> None:
         in_features = check_int(in_features, "FullyFusedMLP in_features", low=1)
         out_features = check_int(out_features, "FullyFusedMLP out_features", low=1)
@@ -200,13 +202,8 @@ class FullyFusedMLP(Module):
         hidden_layers = check_int(hidden_layers, "FullyFusedMLP hidden_layers", low=1)
         seed = check_int(seed, "FullyFusedMLP seed", low=0)
         self.deterministic = check_bool(deterministic, "FullyFusedMLP deterministic")
-        self.n_frequencies = 0
-        if encoding is not None:
-            if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
-                    set(encoding) - {"otype", "n_frequencies"}:
-                raise ValueError("FullyFusedMLP: encoding must be None or {'otype': 'Frequency', 'n_frequencies': F}, "
-                                 f"got {encoding!r}")
-            self.n_frequencies = check_int(encoding.get("n_frequencies", 12), "FullyFusedMLP n_frequencies", low=1)
+        self.n_frequencies = fused_frequencies(encoding, "FullyFusedMLP")
+        if self.n_frequencies:
             if self.n_frequencies > 24:
                 raise ValueError(f"FullyFusedMLP n_frequencies must be <= 24, got {self.n_frequencies!r}")
         encoded = in_features * 2 * self.n_frequencies if self.n_frequencies else in_features
@@ -246,11 +243,6 @@ class FullyFusedMLP(Module):
         """The network of ``config`` from ``in_features`` to ``out_features``. ``encoding``: None or a Frequency
         encoding (its config, or the constructor's dict), fused into the first layer; other encodings go before
         the network in a Sequential. ``seed`` draws the weights; ``deterministic`` as the constructor."""
-        if isinstance(encoding, StrictModel):
-            if getattr(encoding, "otype", None) != "Frequency":
-                raise ValueError(f"FullyFusedMLP fuses only a Frequency encoding, got {encoding.otype!r}; put other "
-                                 "encodings before it in a sopt.nn.Sequential")
-            encoding = encoding.model_dump()
         return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
                    activation=config.activation, output_activation=config.output_activation, encoding=encoding,
                    seed=seed, deterministic=deterministic)

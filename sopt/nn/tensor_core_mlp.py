@@ -48,9 +48,9 @@ from pydantic import Field
 
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
-from sopt.config.schema import StrictModel
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn import flat_layers
+from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import Activation, activation_key, activation_name, make_activation, slang_activation
 from sopt.nn.mlp import initial_layer_weights
 from sopt.nn.module import Module
@@ -171,7 +171,7 @@ class TensorCoreMLP(Module):
         activation / output_activation: ReLU, LeakyReLU, Sigmoid, Tanh or None (names or Activations as for MLP).
         seed: initialisation seed (FullyFusedMLP's and MLP's weights for the same seed).
         loss_scale: S, the factor on dL/dy before it is rounded to half (divided out of every gradient).
-        encoding: None or ``{"otype": "Frequency", "n_frequencies": F}`` (FullyFusedMLP's): the first layer
+        encoding: None, ``{"otype": "Frequency", "n_frequencies": F}`` or its config (FullyFusedMLP's): the first layer
             reads sin/cos(2^k pi x) computed in the kernels from x's in_features coordinates; no dL/dx then.
         deterministic: accepted for the interface every layer shares; the gradients are always summed in a fixed
             order (per-group partial sums, then tcmlp_reduce), so every run gives the same bits.
@@ -179,15 +179,9 @@ class TensorCoreMLP(Module):
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 2,
                  activation: Any = "relu", output_activation: Any = "none", seed: int = 0,
-                 loss_scale: float = 128.0, encoding: dict | None = None, deterministic: bool = False) -> None:
+                 loss_scale: float = 128.0, encoding: Any = None, deterministic: bool = False) -> None:
         in_features = check_int(in_features, "TensorCoreMLP in_features", low=1)
-        self.n_frequencies = 0
-        if encoding is not None:
-            if not isinstance(encoding, dict) or encoding.get("otype") != "Frequency" or \
-                    set(encoding) - {"otype", "n_frequencies"}:
-                raise ValueError("TensorCoreMLP: encoding must be None or {'otype': 'Frequency', 'n_frequencies': F}, "
-                                 f"got {encoding!r}")
-            self.n_frequencies = check_int(encoding.get("n_frequencies", 12), "TensorCoreMLP n_frequencies", low=1)
+        self.n_frequencies = fused_frequencies(encoding, "TensorCoreMLP")
         features = in_features * 2 * self.n_frequencies if self.n_frequencies else in_features
         out_features = check_int(out_features, "TensorCoreMLP out_features", low=1)
         hidden_features = check_int(hidden_features, "TensorCoreMLP hidden_features", low=16)
@@ -342,11 +336,7 @@ class TensorCoreMLP(Module):
         the first layer; other encodings go before it in a Sequential.
         ``seed`` draws the weights; ``deterministic`` goes to the constructor (its weight gradients are summed in a
         fixed order either way). RuntimeError naming ``network.otype`` and FullyFusedMLP on a device but CUDA."""
-        if isinstance(encoding, StrictModel):
-            if getattr(encoding, "otype", None) != "Frequency":
-                raise ValueError(f"TensorCoreMLP fuses only a Frequency encoding, got {encoding.otype!r}; put other "
-                                 "encodings before it in a sopt.nn.Sequential")
-            encoding = encoding.model_dump()
+        fused_frequencies(encoding, "TensorCoreMLP")   # an encoding it cannot fuse is refused on any device
         if dev.device_kind() != "cuda":
             raise RuntimeError(cuda_only_message(f"this device is {dev.device_kind()!r}"))
         return cls(in_features, out_features, hidden_features=config.n_neurons, hidden_layers=config.n_hidden_layers,
