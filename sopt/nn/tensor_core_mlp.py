@@ -50,6 +50,7 @@ from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn import flat_layers
+from sopt.nn.flat_layers import flat_layout
 from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import Activation, activation_key, activation_name, make_activation, slang_activation
 from sopt.nn.mlp import initial_layer_weights
@@ -104,22 +105,6 @@ def tile_groups(n: int) -> int:
 def align(n: int, m: int) -> int:
     """n rounded up to a multiple of m."""
     return -(-n // m) * m
-
-
-def flat_layout(in_features: int, hidden_features: int, hidden_layers: int,
-                out_features: int) -> tuple[list[tuple[int, int, int, int]], int]:
-    """FullyFusedMLP's flat parameter layout without an encoding: ([(padded in, logical in, out, offset) per
-    layer], total floats). Layer j's W (out x padded in, row-major; padded in = in_features rounded up to 4 for
-    j = 0, else hidden_features) starts at offset, its bias follows, and the next layer starts at the next
-    multiple of 4 floats."""
-    layers, offset = [], 0
-    for j in range(hidden_layers + 1):
-        i_log = in_features if j == 0 else hidden_features
-        i_pad = align(in_features, 4) if j == 0 else hidden_features
-        o = out_features if j == hidden_layers else hidden_features
-        layers.append((i_pad, i_log, o, offset))
-        offset += align(o * i_pad + o, 4)
-    return layers, offset
 
 
 def initial_flat(in_features: int, hidden_features: int, hidden_layers: int, out_features: int,
@@ -231,9 +216,7 @@ class TensorCoreMLP(Module):
 
     def layer_slices(self, flat: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """(W_j (out, in), b_j) per layer cut from ``flat`` (default: the current values)."""
-        flat = self.params.numpy() if flat is None else flat
-        return [(flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log].copy(),
-                 flat[off + o * i_pad: off + o * i_pad + o].copy()) for i_pad, i_log, o, off in self.layers]
+        return flat_layers.layer_slices(self.layers, self.params.numpy() if flat is None else flat)
 
     def _params_of(self, a: Activation | None) -> float:
         return float(slang_activation(a)[1][0])
