@@ -1,4 +1,4 @@
-"""TensorCoreMLP: FullyFusedMLP's network with its matrix products on tensor cores (CUDA only; a prototype).
+"""TensorCoreMLP: FullyFusedMLP's network with its matrix products on tensor cores (CUDA only).
 
 tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 master weights. The kernels
 (slang_lib/nn/tensor_core_mlp.slang) are PTX ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` products with
@@ -29,10 +29,11 @@ gradients move by a few % (H100, 2^14 samples: 206 of 2^21 units, dL/dx 1.49e-1,
 reproduced by a numpy emulation of the kernels, which is within 7e-4 of float64 maths through the same states).
 Smooth activations have no such jumps (tanh: ~5e-4 everywhere).
 
-Network: as FullyFusedMLP without a fused encoding: a_0 = x, a_{j+1} = act(W_j a_j + b_j) for j < L, y =
-out_act(W_L a_L + b_L). Activations: those whose derivative follows from their output (the backward has only
-the saved half outputs): ReLU, LeakyReLU, Sigmoid, Tanh and None. Sizes: in_features <= 64, hidden_features a
-multiple of 16 and <= 64, out_features <= 64. Not recorded on a sopt.Tape (one forward's buffers per batch
+Network: as FullyFusedMLP: a_0 = x (or, with a fused Frequency encoding, sin/cos(2^k pi x) in its layout),
+a_{j+1} = act(W_j a_j + b_j) for j < L, y = out_act(W_L a_L + b_L). Activations: those whose derivative follows
+from their output (the backward has only the saved half outputs): ReLU, LeakyReLU, Sigmoid, Tanh and None. Sizes:
+layer 0's inputs (in_features, or 2 F in_features when encoded) <= 80, hidden_features a multiple of 16 and <= 64,
+out_features <= 64. Not recorded on a sopt.Tape (one forward's buffers per batch
 size, as FullyFusedMLP outside a tape).
 """
 
