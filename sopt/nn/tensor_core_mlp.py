@@ -63,8 +63,8 @@ NT = 128   # threads per group of every kernel in tensor_core_mlp.slang
 TS = 64   # samples per tile
 MAX_WIDTH = 64
 MAX_INPUT = 80   # layer 0's inputs (after a fused frequency encoding): K0 <= 80, the group-shared row (88 halves)
-_WEIGHT_GRAD_GROUPS = 264   # groups of the weight-gradient kernels where the multiprocessors are unknown
-WEIGHT_GRAD_GROUPS_PER_SM = 4   # else per multiprocessor (36 KB of group-shared memory each)
+WEIGHT_GRAD_GROUPS_PER_SM = 4   # weight-gradient groups per multiprocessor (36 KB of group-shared memory each)
+_WEIGHT_GRAD_GROUPS = 264   # and in all where the multiprocessors are unknown
 RED_THREADS = 256   # threads per group of tcmlp_reduce_kernel (RED_THREADS there): 32 parameters x 8 slices
 TILE_GROUPS_PER_SM = 4   # forward / deltas groups per multiprocessor (80 and 126 registers; the groups loop over the tiles)
 _SOURCE = "nn/tensor_core_mlp"
@@ -84,23 +84,23 @@ _SLANG_ACT = {"none": "TcNone", "relu": "TcReLU", "leaky_relu": "TcLeakyReLU", "
 def _tensor_key(t: spy.Tensor) -> tuple:
     """What identifies a tensor's data: its memory, offset and shape (a detached view of x, as Sequential passes
     back, is a new object over the same memory)."""
-    return (t.storage.device_address, t.offset, tuple(t.shape))
+    return (t.storage.device_address, t.offset, t.shape.as_tuple())
+
+
+def tile_groups(n: int, per_sm: int, unknown: int | None = None) -> int:
+    """Groups of a kernel whose groups walk the tiles of TS samples of a batch of n (g, g + groups, ...): one per
+    tile, at most ``per_sm`` per multiprocessor where CUDA says how many there are, else at most ``unknown`` (None:
+    one per tile). Forward and deltas: TILE_GROUPS_PER_SM (weights staged once per group); weight gradients:
+    WEIGHT_GRAD_GROUPS_PER_SM or _WEIGHT_GRAD_GROUPS (a row of partial sums per group)."""
+    tiles = align(n, TS) // TS
+    sms = dev.multiprocessor_count()
+    limit = sms * per_sm if sms else unknown
+    return max(1, tiles if limit is None else min(tiles, limit))
 
 
 def weight_grad_groups(n: int) -> int:
-    """Groups of the weight-gradient kernels for a batch of n: one per tile of TS samples, at most
-    _WEIGHT_GRAD_GROUPS (each group sums its tiles in registers and writes one row of partial sums)."""
-    sms = dev.multiprocessor_count()
-    return max(1, min(sms * WEIGHT_GRAD_GROUPS_PER_SM if sms else _WEIGHT_GRAD_GROUPS, align(n, TS) // TS))
-
-
-def tile_groups(n: int) -> int:
-    """Groups of the forward and deltas kernels for a batch of n: every tile of TS samples its own group, at most
-    TILE_GROUPS_PER_SM per multiprocessor where CUDA says how many there are (the groups then walk the tiles,
-    staging the weights once)."""
-    tiles = align(n, TS) // TS
-    sms = dev.multiprocessor_count()
-    return max(1, min(tiles, sms * TILE_GROUPS_PER_SM) if sms else tiles)
+    """Groups of the weight-gradient kernels (and rows of partial sums) for a batch of n."""
+    return tile_groups(n, WEIGHT_GRAD_GROUPS_PER_SM, _WEIGHT_GRAD_GROUPS)
 
 
 def align(n: int, m: int) -> int:
@@ -262,7 +262,7 @@ class TensorCoreMLP(Module):
                         tc_bias=self._bias.storage, tc_saved=b["saved"].storage, tc_dz=b["dz"].storage,
                         tc_x16=b["x16"].storage,
                         tc_partial=b["partial"].storage, n_params=self._n_params, n_groups=weight_grad_groups(n),
-                        n_tile_groups=tile_groups(n),
+                        n_tile_groups=tile_groups(n, TILE_GROUPS_PER_SM),
                         loss_scale=self.loss_scale, act_param=self._params_of(self.activation_module),
                         out_act_param=self._params_of(self.output_activation_module))
             bound = self._bound[key] = kernel.bind(call=call)
@@ -280,7 +280,7 @@ class TensorCoreMLP(Module):
             words, encoder)
         self._kernel(self._forward[int(self.training)], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset).dispatch(
-            tile_groups(n) * NT, encoder)
+            tile_groups(n, TILE_GROUPS_PER_SM) * NT, encoder)
         if own:
             dev.submit(encoder)
         self._forwarded = (_tensor_key(x), _tensor_key(y)) if self.training else None
@@ -301,7 +301,7 @@ class TensorCoreMLP(Module):
         dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
         self._kernel(self._deltas[want_dx], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, tc_y=y.storage, y_off=y.offset, tc_dy=y.grad.storage,
-            dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(tile_groups(n) * NT, encoder)
+            dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset).dispatch(tile_groups(n, TILE_GROUPS_PER_SM) * NT, encoder)
         groups = weight_grad_groups(n)
         for kernel in self._weight_grad:
             self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset).dispatch(groups * NT, encoder)
@@ -390,7 +390,8 @@ def cuda_unavailable() -> str | None:
 
 class TensorCoreMLPConfig(ComponentConfig):
     """A small MLP with half-precision tensor-core products (sopt.nn.TensorCoreMLP; CUDA only; tiny-cuda-nn's
-    FullyFusedMLP scheme: half operands, float32 accumulation and master weights). Inputs <= 64 features."""
+    FullyFusedMLP scheme: half operands, float32 accumulation and master weights). Layer 0 takes <= 80 inputs
+    (after a fused Frequency encoding)."""
 
     otype: Literal["TensorCoreMLP"] = "TensorCoreMLP"
     n_neurons: int = Field(64, ge=16, le=MAX_WIDTH, multiple_of=16, description="width of every hidden layer "
