@@ -184,7 +184,7 @@ class HashGridEncoding(Module):
         # levels whose table gradient the coarse kernel sums per thread group (0: none); deterministic mode's kernel
         # holds int64 sums, two floats' worth of group-shared memory each
         self.coarse_levels = coarse_levels(self.levels, self.n_features * (2 if self.deterministic else 1))
-        self._coarse_kernels: dict[int, Any] = {}   # coarse level count -> BoundKernel, made on first use
+        self._coarse_kernel: Any = None   # the coarse kernel (of this mode) bound, made on first use
         self._fixed_kernels: tuple[Any, Any] | None = None   # deterministic mode's passes 1 and 3, bound on first use
 
     @classmethod
@@ -242,39 +242,40 @@ class HashGridEncoding(Module):
         n = x.shape[0]
         check_output(y, n, self.out_features, "HashGridEncoding")
         want_dx = has_grad(x)
-        if not self.deterministic:
-            # the coarse kernel and hashgrid_backprop in one command buffer, whoever submits it
-            own = encoder is None
-            if own:
-                encoder = get_device().create_command_encoder()
-            coarse = self._coarse_backprop(x, y.grad, encoder)
-            launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
-                   g=self._grid(want_dx), coarse=coarse, y=batch_grad(y))
-            if own:
-                submit(encoder)
-            return
-        fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
-        self._max_at ^= 4
+        dy = y.grad
+        if self.deterministic and dy.strides[1] != 1:
+            raise ValueError(f"HashGridEncoding.backward: dL/dy must have contiguous rows, got strides {dy.strides}")
+        # every pass in one command buffer, whoever submits it
         own = encoder is None
         if own:
             encoder = get_device().create_command_encoder()
-        dy = y.grad
-        if dy.strides[1] != 1:
-            raise ValueError(f"HashGridEncoding.backward: dL/dy must have contiguous rows, got strides {dy.strides}")
+        if self.deterministic:
+            self._fixed_backward(x, y, want_dx, encoder)
+        else:
+            coarse = self._coarse_backprop(x, dy, encoder)
+            launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
+                   g=self._grid(want_dx), coarse=coarse, y=batch_grad(y))
+        if own:
+            submit(encoder)
+
+    def _fixed_backward(self, x: spy.Tensor, y: spy.Tensor, want_dx: bool, encoder: spy.CommandEncoder) -> None:
+        """Deterministic mode's backward, recorded into ``encoder``: M = max |dL/dy| (pass 1), the coarse levels'
+        and hashgrid_backprop's fixed-point sums (pass 2), then their conversion into dL/dtable (pass 3)."""
+        n, dy = x.shape[0], y.grad
+        fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
+        self._max_at ^= 4
         max_kernel, to_grad_kernel = self._fixed_kernels or self._bind_fixed_kernels(fixed)
         width = self.out_features
         max_kernel.set_members("call", values=dy.storage, off=dy.offset, stride=dy.strides[0], width=width,
                                count=n * width, max_at=max_at).dispatch(
             -(-n * width // GRAD_MAX_PER_THREAD), encoder)
         # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
-        coarse = self._coarse_backprop(x, y.grad, encoder, (fixed, max_at, log2_n))
+        coarse = self._coarse_backprop(x, dy, encoder, (fixed, max_at, log2_n))
         launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
                g=self._grid(want_dx, max_at, log2_n), coarse=coarse, y=batch_grad(y))
         grad = self.table.grad
         to_grad_kernel.set_members("call", values=grad.storage, off=grad.offset, count=self.table.size, max_at=max_at,
                                    log2_n=log2_n).dispatch(-(-self.table.size // FIXED_PER_THREAD), encoder)
-        if own:
-            submit(encoder)
 
     def _coarse_backprop(self, x: spy.Tensor, dy: spy.Tensor, encoder: spy.CommandEncoder | None,
                          fixed: tuple[spy.Buffer, int, int] | None = None) -> int:
@@ -291,11 +292,11 @@ class HashGridEncoding(Module):
         if not coarse_kernel_pays(n, self.in_dims, groups, self.levels[:self.coarse_levels], self.n_features):
             return 0
         coarse = self.coarse_levels
-        bound = self._coarse_kernels.get(coarse)
+        bound = self._coarse_kernel
         if bound is None:   # specialised on the level count: its arrays hold only these levels (push constant room)
             levels = {k: self._level_args[k][:coarse] for k in ("scale", "resolution", "offset", "size")}
             kernel = _COARSE_FIXED_KERNEL if self.deterministic else _COARSE_KERNEL
-            bound = self._coarse_kernels[coarse] = kernel.specialise(self.in_dims, coarse, self.n_features).bind(
+            bound = self._coarse_kernel = kernel.specialise(self.in_dims, coarse, self.n_features).bind(
                 call={"x": dummy_buffer(), "dy": dummy_buffer(), "table_grad": dummy_buffer(), "x_off": 0,
                       "x_stride": 0, "dy_off": 0, "dy_stride": 0, "grad_off": 0, **levels, "n": 0, "per_group": 0,
                       "fixed": dummy_buffer(), "max_at": 0, "log2_n": 0})
