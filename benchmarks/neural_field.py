@@ -37,7 +37,9 @@ input dimension (``--dims 2,3``) and batch (``--batches 14,18,20``):
 ``--mlp fp16`` (or ``both``, each sopt network twice) builds sopt's MLP as ``TensorCoreMLP`` (CUDA only: half
 operands on tensor cores, float32 accumulation and master weights, as tiny-cuda-nn's FullyFusedMLP) instead of
 the float32 ``FullyFusedMLP`` (``--mlp fp32``, the default): ``Sequential(HashGridEncoding, TensorCoreMLP)`` and
-``TensorCoreMLP`` with the frequency encoding fused (as FullyFusedMLP fuses it; up to 80 encoded inputs). Its rows are labelled ``hashgrid-fp16`` / ``frequency-fp16``; both start from the
+``TensorCoreMLP`` with the frequency encoding fused (as FullyFusedMLP fuses it; up to 80 encoded inputs), the hash
+grid's table gradient summed in float16 (``gradient_precision="float16"``, as tiny-cuda-nn's fp16 gradients; float32
+with ``--deterministic``). Its rows are labelled ``hashgrid-fp16`` / ``frequency-fp16``; both start from the
 same initial weights (same seed), and their tiny-cuda-nn and PyTorch columns are the network's measurements (PyTorch
 runs once per network, dims and batch).
 
@@ -330,7 +332,9 @@ def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bo
                                 encoding={"otype": "Frequency", "n_frequencies": ISSUE21_N_FREQS},
                                 deterministic=deterministic)
             return SoptField("sopt fp16", net, None, mlp_layers(net.state_dict()))
-        enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic)
+        # float16 table-gradient sums as tiny-cuda-nn's fp16 gradients (float32 where deterministic)
+        enc = HashGridEncoding(dims, **HASHGRID, seed=seed, deterministic=deterministic,
+                               gradient_precision="float32" if deterministic else "float16")
         net = TensorCoreMLP(enc.out_features, 3, HIDDEN, ISSUE21_LAYERS, activation="relu", seed=seed,
                             deterministic=deterministic)
         return SoptField("sopt fp16", Sequential(enc, net), enc.state_dict()["table"], mlp_layers(net.state_dict()))

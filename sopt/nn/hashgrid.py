@@ -37,6 +37,11 @@ _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
 _GRAD_MAX_KERNEL = Kernel("nn/hashgrid", "hashgrid_grad_max_kernel")           # deterministic mode, pass 1
 _FIXED_TO_GRAD_KERNEL = Kernel("nn/hashgrid", "hashgrid_fixed_to_grad_kernel")   # and pass 3
+_HALF_TO_GRAD_KERNEL = Kernel("nn/hashgrid", "hashgrid_half_to_grad_kernel")     # float16 sums' pass 3
+MAX_HALF_ENTRIES = 2**31 - 8    # float16 sums: 2 bytes per table entry from byte 8, 32-bit byte offsets
+HALF_MAX = 65504.0              # the largest finite float16
+SUM_FLOAT, SUM_FIXED, SUM_HALF = 0, 1, 2   # how the table gradient is summed (hashgrid.slang's SUM_*)
+GradientPrecision = Literal["float32", "float16"]
 FIXED_PER_THREAD = 4   # floats per thread of pass 3 (FIXED_PER_THREAD in hashgrid.slang)
 GRAD_MAX_PER_THREAD = 16   # and of pass 1 (GRAD_MAX_PER_THREAD there)
 
@@ -52,6 +57,10 @@ class HashGridConfig(ComponentConfig):
                                                                                  "level")
     base_resolution: int = Field(16, ge=1, le=1 << 20, description="grid vertices per side of the coarsest level")
     per_level_scale: float = Field(2.0, ge=1.0, le=16.0, description="resolution factor from one level to the next")
+    gradient_precision: GradientPrecision = Field(
+        "float32", description="float16: the table gradient summed in half precision with a per-step scale, as "
+                               "tiny-cuda-nn's fp16 gradients (half the atomics; needs an even n_features_per_level, "
+                               "not deterministic)")
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,17 @@ def coarse_kernel_pays(n: int, in_dims: int, groups: int, coarse: list[GridLevel
         return False
     entries = (coarse[-1].offset + coarse[-1].size) * n_features
     return n * len(coarse) * 2 ** in_dims * n_features > 1.5 * groups * entries
+
+
+def half_shift_base(levels: list[GridLevel], first: int, n: int, in_dims: int) -> int:
+    """q of float16 sums for ``n`` samples, levels ``first..`` summed in half precision: each term ``w dL/dy 2^S``
+    is below ``2^(q+1)`` (S = q - floor(log2 max |dL/dy|)), so a row's sum stays under float16's 65504 for up to
+    ``2^(15-q)`` of the largest terms. The bound taken is C = 4 x the mean hits per row of the busiest level,
+    ``n 2^in_dims / size``, plus 16 (samples cluster; terms mostly differ in sign): q = 15 - ceil(log2 C), at most
+    10 and at least -14 (the largest term stays a normal float16). Scaling by a power of two changes no relative
+    precision: q only keeps sums off float16's overflow and small terms off its subnormals."""
+    busiest = max((n * 2**in_dims / lv.size for lv in levels[first:]), default=0.0)
+    return max(15 - math.ceil(math.log2(4.0 * busiest + 16.0)), -14)
 
 
 def grid_levels(in_dims: int, n_levels: int, log2_table_size: int, base_resolution: int,
@@ -136,14 +156,29 @@ class HashGridEncoding(Module):
     and 8 bytes per table entry of memory; needs rows * n_features < 2^29.
     NaN or Inf in dL/dy makes every entry of the table gradient non-finite.
 
+    ``gradient_precision="float16"`` (tiny-cuda-nn's fp16 gradients): the same three passes, but the terms
+    ``w dL/dy 2^S`` are summed in float16, each pair of features with one packed atomic (half the atomics and half
+    the memory traffic of float32 sums: H200, 3D, 2^18 samples, hashgrid_backprop 826 -> 418 us), S = q -
+    floor(log2 M) with q from :func:`half_shift_base`; the last pass adds ``sum * 2^-S`` to dL/dtable. Each
+    term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
+    +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
+
     Args: in_dims 1..4 (2D and 3D are the usual), n_levels 1..32, n_features 1..8, log2_table_size
-    1..26, base_resolution >= 1, per_level_scale >= 1, deterministic a bool.
+    1..26, base_resolution >= 1, per_level_scale >= 1, deterministic a bool, gradient_precision "float32" or
+    "float16".
     """
 
     def __init__(self, in_dims: int, n_levels: int = 16, n_features: int = 2, log2_table_size: int = 19,
                  base_resolution: int = 16, per_level_scale: float = 2.0, seed: int = 0,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, gradient_precision: GradientPrecision = "float32") -> None:
         self.deterministic = check_bool(deterministic, "HashGridEncoding deterministic")
+        if gradient_precision not in ("float32", "float16"):
+            raise ValueError(f"HashGridEncoding gradient_precision must be 'float32' or 'float16', got "
+                             f"{gradient_precision!r}")
+        self.gradient_precision = gradient_precision
+        if gradient_precision == "float16" and self.deterministic:
+            raise ValueError("HashGridEncoding: gradient_precision='float16' sums in an order-dependent way; it "
+                             "cannot be deterministic (use gradient_precision='float32' with deterministic=True)")
         self.in_dims = check_int(in_dims, "HashGridEncoding in_dims", low=1)
         self.n_levels = check_int(n_levels, "HashGridEncoding n_levels", low=1)
         self.n_features = check_int(n_features, "HashGridEncoding n_features", low=1)
@@ -156,6 +191,9 @@ class HashGridEncoding(Module):
                                   (self.log2_table_size, "log2_table_size", MAX_LOG2_TABLE_SIZE)):
             if value > high:
                 raise ValueError(f"HashGridEncoding {name} must be <= {high}, got {value}")
+        if gradient_precision == "float16" and self.n_features % 2:
+            raise ValueError(f"HashGridEncoding: gradient_precision='float16' sums pairs of features, so n_features "
+                             f"must be even, got {self.n_features}")
         self.in_features = self.in_dims
         self.out_features = self.n_levels * self.n_features
         self.levels = grid_levels(self.in_dims, self.n_levels, self.log2_table_size, self.base_resolution,
@@ -168,6 +206,11 @@ class HashGridEncoding(Module):
             raise ValueError(f"HashGridEncoding: deterministic=True needs fewer than {MAX_FIXED_ENTRIES} table entries "
                              f"(32-bit byte offsets of its int64 sums), the table has {rows * self.n_features}; "
                              "lower log2_table_size or n_levels")
+        if gradient_precision == "float16" and rows * self.n_features > MAX_HALF_ENTRIES:
+            raise ValueError(f"HashGridEncoding: gradient_precision='float16' needs at most {MAX_HALF_ENTRIES} table "
+                             f"entries (32-bit byte offsets of its sums), the table has {rows * self.n_features}; "
+                             "lower log2_table_size or n_levels")
+        self._sum_mode = SUM_FIXED if self.deterministic else SUM_HALF if gradient_precision == "float16" else SUM_FLOAT
         self.table = Parameter(np.zeros((rows, self.n_features), np.float32), name="table")
         init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
         sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
@@ -179,13 +222,13 @@ class HashGridEncoding(Module):
             "hashed": [int(lv.hashed) for lv in self.levels],
         }
         self._buffers = BatchBuffers()
-        self._fixed: spy.Buffer | None = None     # deterministic mode's accumulators, made on first backward
+        self._fixed: spy.Buffer | None = None     # fixed-point or float16 sums, made on first backward
         self._max_at = 0                          # byte offset of the next backward's M slot
         # levels whose table gradient the coarse kernel sums per thread group (0: none); deterministic mode's kernel
         # holds int64 sums, two floats' worth of group-shared memory each
         self.coarse_levels = coarse_levels(self.levels, self.n_features * (2 if self.deterministic else 1))
         self._coarse_kernel: Any = None   # the coarse kernel (of this mode) bound, made on first use
-        self._fixed_kernels: tuple[Any, Any] | None = None   # deterministic mode's passes 1 and 3, bound on first use
+        self._fixed_kernels: tuple[Any, Any] | None = None   # passes 1 and 3 of those sums, bound on first use
 
     @classmethod
     def from_config(cls, config: HashGridConfig, in_dims: int, *, seed: int = 0,
@@ -194,37 +237,42 @@ class HashGridEncoding(Module):
         gradient in a fixed order."""
         return cls(in_dims, n_levels=config.n_levels, n_features=config.n_features_per_level,
                    log2_table_size=config.log2_hashmap_size, base_resolution=config.base_resolution,
-                   per_level_scale=config.per_level_scale, seed=seed, deterministic=deterministic)
+                   per_level_scale=config.per_level_scale, seed=seed, deterministic=deterministic,
+                   gradient_precision=config.gradient_precision)
 
     def to_config(self) -> HashGridConfig:
         """The config of this encoding (its seed and ``deterministic`` are build arguments, not config keys)."""
         return HashGridConfig(n_levels=self.n_levels, n_features_per_level=self.n_features,
                               log2_hashmap_size=self.log2_table_size, base_resolution=self.base_resolution,
-                              per_level_scale=self.per_level_scale)
+                              per_level_scale=self.per_level_scale, gradient_precision=self.gradient_precision)
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "table", self.table
 
-    def _grid(self, need_dx: bool, max_at: int = 0, log2_n: int = 0) -> dict[str, Any]:
-        """The ``HashGridTable`` of hashgrid.slang (table tensors fetched now: they move into an optimiser's arena)."""
+    def _grid(self, need_dx: bool, max_at: int = 0, shift_base: int = 0, sums: bool = False) -> dict[str, Any]:
+        """The ``HashGridTable`` of hashgrid.slang (table tensors fetched now: they move into an optimiser's arena);
+        ``sums``: this call adds into the fixed-point or float16 sums."""
         return {"table": self.table.values, "table_grad": self.table.grad, **self._level_args,
-                "need_dx": int(need_dx), "det": int(self._fixed is not None),
-                "fixed": self._fixed if self._fixed is not None else dummy_buffer(), "max_at": max_at,
-                "log2_n": log2_n}
+                "need_dx": int(need_dx), "mode": self._sum_mode if sums else SUM_FLOAT,
+                "fixed": self._fixed if sums and self._fixed is not None else dummy_buffer(), "max_at": max_at,
+                "shift_base": shift_base}
 
     def _bind_fixed_kernels(self, fixed: spy.Buffer) -> tuple[Any, Any]:
-        """hashgrid_grad_max_kernel and hashgrid_fixed_to_grad_kernel with their HashGridFixedArgs bound (the
-        per-call members set at each backward)."""
+        """hashgrid_grad_max_kernel and this mode's pass 3 (hashgrid_fixed_to_grad_kernel or
+        hashgrid_half_to_grad_kernel) with their HashGridFixedArgs bound (the per-call members set at each
+        backward)."""
         def bind(kernel: Kernel) -> Any:
             return kernel.bind(call={"fixed": fixed, "values": dummy_buffer(), "off": 0, "stride": 0, "width": 1,
-                                     "count": 0, "max_at": 0, "log2_n": 0})
-        self._fixed_kernels = (bind(_GRAD_MAX_KERNEL), bind(_FIXED_TO_GRAD_KERNEL))
+                                     "count": 0, "max_at": 0, "shift_base": 0})
+        to_grad = _FIXED_TO_GRAD_KERNEL if self._sum_mode == SUM_FIXED else _HALF_TO_GRAD_KERNEL
+        self._fixed_kernels = (bind(_GRAD_MAX_KERNEL), bind(to_grad))
         return self._fixed_kernels
 
     def _fixed_buffer(self) -> spy.Buffer:
-        """The deterministic mode's buffer: two M slots (8 bytes), then one int64 per table entry, all zero."""
+        """The buffer of the fixed-point or float16 sums: two M slots (8 bytes), then one int64 per table entry
+        (deterministic) or one float16 per table entry (pairs in one word), all zero."""
         if self._fixed is None:
-            size = 8 + 8 * self.table.size
+            size = 8 + (8 if self._sum_mode == SUM_FIXED else 2) * self.table.size
             self._fixed = get_device().create_buffer(
                 size=size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
                 data=np.zeros(size, np.uint8))
@@ -243,13 +291,13 @@ class HashGridEncoding(Module):
         check_output(y, n, self.out_features, "HashGridEncoding")
         want_dx = has_grad(x)
         dy = y.grad
-        if self.deterministic and dy.strides[1] != 1:
+        if self._sum_mode != SUM_FLOAT and dy.strides[1] != 1:
             raise ValueError(f"HashGridEncoding.backward: dL/dy must have contiguous rows, got strides {dy.strides}")
         # every pass in one command buffer, whoever submits it
         own = encoder is None
         if own:
             encoder = get_device().create_command_encoder()
-        if self.deterministic:
+        if self._sum_mode != SUM_FLOAT:
             self._fixed_backward(x, y, want_dx, encoder)
         else:
             coarse = self._coarse_backprop(x, dy, encoder)
@@ -259,30 +307,38 @@ class HashGridEncoding(Module):
             submit(encoder)
 
     def _fixed_backward(self, x: spy.Tensor, y: spy.Tensor, want_dx: bool, encoder: spy.CommandEncoder) -> None:
-        """Deterministic mode's backward, recorded into ``encoder``: M = max |dL/dy| (pass 1), the coarse levels'
-        and hashgrid_backprop's fixed-point sums (pass 2), then their conversion into dL/dtable (pass 3)."""
+        """The backward of deterministic mode or float16 sums, recorded into ``encoder``: M = max |dL/dy| (pass 1),
+        the coarse levels' sums (fixed point; float16 sums leave them to the float32 coarse kernel) and
+        hashgrid_backprop's (pass 2), then their conversion into dL/dtable (pass 3)."""
         n, dy = x.shape[0], y.grad
-        fixed, max_at, log2_n = self._fixed_buffer(), self._max_at, n.bit_length()
+        fixed, max_at = self._fixed_buffer(), self._max_at
         self._max_at ^= 4
         max_kernel, to_grad_kernel = self._fixed_kernels or self._bind_fixed_kernels(fixed)
         width = self.out_features
         max_kernel.set_members("call", values=dy.storage, off=dy.offset, stride=dy.strides[0], width=width,
                                count=n * width, max_at=max_at).dispatch(
             -(-n * width // GRAD_MAX_PER_THREAD), encoder)
-        # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
-        coarse = self._coarse_backprop(x, dy, encoder, (fixed, max_at, log2_n))
+        if self._sum_mode == SUM_FIXED:
+            shift_base = 61 - n.bit_length()   # S = 61 - log2_n - e (hashgrid.slang)
+            # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
+            coarse = self._coarse_backprop(x, dy, encoder, (fixed, max_at, shift_base))
+            count = self.table.size
+        else:
+            coarse = self._coarse_backprop(x, dy, encoder)
+            shift_base = half_shift_base(self.levels, coarse, n, self.in_dims)
+            count = self.table.size // 2   # half2 words
         launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
-               g=self._grid(want_dx, max_at, log2_n), coarse=coarse, y=batch_grad(y))
+               g=self._grid(want_dx, max_at, shift_base, sums=True), coarse=coarse, y=batch_grad(y))
         grad = self.table.grad
-        to_grad_kernel.set_members("call", values=grad.storage, off=grad.offset, count=self.table.size, max_at=max_at,
-                                   log2_n=log2_n).dispatch(-(-self.table.size // FIXED_PER_THREAD), encoder)
+        to_grad_kernel.set_members("call", values=grad.storage, off=grad.offset, count=count, max_at=max_at,
+                                   shift_base=shift_base).dispatch(-(-count // FIXED_PER_THREAD), encoder)
 
     def _coarse_backprop(self, x: spy.Tensor, dy: spy.Tensor, encoder: spy.CommandEncoder | None,
                          fixed: tuple[spy.Buffer, int, int] | None = None) -> int:
         """Record hashgrid_coarse_backprop_kernel (the table gradient of levels [0, coarse_levels), summed per thread
         group in group-shared memory) and return how many levels it took: 0 when there are none, x or dL/dy
         is not row-contiguous or the kernel would not pay (hashgrid_backprop then does every level). In
-        deterministic mode ``fixed`` = (the fixed-point buffer, this call's M slot, log2_n) and the kernel is
+        deterministic mode ``fixed`` = (the fixed-point buffer, this call's M slot, its shift_base) and the kernel is
         hashgrid_coarse_fixed_backprop_kernel, which adds its int64 sums there instead of to dL/dtable."""
         n = x.shape[0]
         if self.coarse_levels == 0 or n == 0 or x.strides[1] != 1 or dy.strides[1] != 1:
@@ -299,12 +355,12 @@ class HashGridEncoding(Module):
             bound = self._coarse_kernel = kernel.specialise(self.in_dims, coarse, self.n_features).bind(
                 call={"x": dummy_buffer(), "dy": dummy_buffer(), "table_grad": dummy_buffer(), "x_off": 0,
                       "x_stride": 0, "dy_off": 0, "dy_stride": 0, "grad_off": 0, **levels, "n": 0, "per_group": 0,
-                      "fixed": dummy_buffer(), "max_at": 0, "log2_n": 0})
+                      "fixed": dummy_buffer(), "max_at": 0, "shift_base": 0})
         if fixed is None:
             grad = self.table.grad
             target = {"table_grad": grad.storage, "grad_off": grad.offset}
         else:
-            target = dict(zip(("fixed", "max_at", "log2_n"), fixed))
+            target = dict(zip(("fixed", "max_at", "shift_base"), fixed))
         bound.set_members(
             "call", x=x.storage, x_off=x.offset, x_stride=x.strides[0], dy=dy.storage, dy_off=dy.offset,
             dy_stride=dy.strides[0], n=n, per_group=-(-n // groups), **target).dispatch(groups * COARSE_THREADS, encoder)
@@ -313,4 +369,5 @@ class HashGridEncoding(Module):
     def __repr__(self) -> str:
         return (f"HashGridEncoding(in_dims={self.in_dims}, n_levels={self.n_levels}, n_features={self.n_features}, "
                 f"log2_table_size={self.log2_table_size}, base_resolution={self.base_resolution}, "
-                f"per_level_scale={self.per_level_scale}" + (", deterministic=True)" if self.deterministic else ")"))
+                f"per_level_scale={self.per_level_scale}" + (", deterministic=True" if self.deterministic else "")
+                + (", gradient_precision='float16')" if self._sum_mode == SUM_HALF else ")"))

@@ -103,6 +103,12 @@ class NeuralFieldConfig(ProblemConfig):
                 errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
                                f"the table would hold {entries} floats, more than {limit}"
                                f"{' (deterministic sums)' if self.deterministic else ''}; lower it or n_levels"))
+            if enc.gradient_precision == "float16" and self.deterministic:
+                errors.append((("encoding", "gradient_precision"), enc.gradient_precision,
+                               "float16 sums are not deterministic; use float32 with deterministic=true"))
+            if enc.gradient_precision == "float16" and enc.n_features_per_level % 2:
+                errors.append((("encoding", "n_features_per_level"), enc.n_features_per_level,
+                               "gradient_precision float16 sums pairs of features: it must be even"))
         enc_width = self._encoding_width()
         limit = {"FullyFusedMLP": MAX_WIDTH, "TensorCoreMLP": TENSOR_CORE_MAX_INPUT}.get(net.otype)
         if limit is not None and enc_width > limit:

@@ -8,7 +8,7 @@ import pytest
 
 from sopt.nn import HashGridEncoding, gradcheck, vjp
 from sopt.nn.hashgrid import (COARSE_FLOATS, COARSE_MAX_LEVELS, COARSE_THREADS, coarse_kernel_pays, coarse_levels,
-                               grid_levels)
+                               grid_levels, half_shift_base)
 from tests.nn.reference import away_from_cell_faces, hashgrid as ref_hashgrid
 
 CONFIGS = {  # small tables so that the finer levels are hashed
@@ -271,3 +271,90 @@ def test_deterministic_gradients_accumulate_and_report_nonfinite(grids):
     np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-5, atol=1e-6 * np.abs(rtable).max())
     with pytest.raises(ValueError, match="HashGridEncoding deterministic must be True or False"):
         HashGridEncoding(2, deterministic="yes")
+
+
+def _half_sum_error_bound(x, dy, enc):
+    """A float16 sum's error bound per table entry: the rounding of each term and of each of a row's additions is
+    at most 2^-11 of the row's sum of |terms| (the corner weights are >= 0, so the reference with |dL/dy| gives
+    it); 16 of them bound the rows these tests fill (tens of terms, rounding errors of either sign)."""
+    _, _, abs_terms = ref_hashgrid(x, enc.table.numpy(), enc.levels, np.abs(dy).astype(np.float64))
+    return 16 * 2.0**-11 * abs_terms
+
+
+@pytest.mark.parametrize("name", ["2d", "3d"])
+def test_float16_sums_match_float64_within_half_rounding(grids, name):
+    # 3000 samples: the coarse kernel takes the dense levels in float32, the others are float16 pairs
+    enc = HashGridEncoding(**CONFIGS[name], seed=1, gradient_precision="float16")
+    enc.table.load(grids[name].table.numpy())
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 1, size=(3000, enc.in_dims)).astype(np.float32)
+    dy = rng.normal(size=(3000, enc.out_features)).astype(np.float32) * 1e-3   # small |dL/dy|: S scales it up
+    _, rdx, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    bound = _half_sum_error_bound(x, dy, enc)
+    _, dx, grads = vjp(enc, x, dy)
+    err = np.abs(grads["table"] - rtable)
+    assert (err <= bound + 1e-12).all(), float((err / (bound + 1e-12)).max())
+    # and not float32's accuracy: the hashed rows really are summed in half precision
+    hashed = np.concatenate([np.arange(lv.offset, lv.offset + lv.size) for lv in enc.levels if lv.hashed])
+    assert err[hashed].max() > 1e-6 * np.abs(rtable[hashed]).max()
+    # two backward calls add two sums (the M slots alternate; the first leaves no sums behind)
+    y = enc(x)
+    for _ in range(2):
+        y.grad.copy_from_numpy(dy)
+        enc.backward(x, y)
+    err = np.abs(enc.table.grad_numpy() - 2 * rtable)
+    assert (err <= 2 * bound + 1e-12).all(), float((err / (2 * bound + 1e-12)).max())
+    enc.table.zero_grad()
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-3)
+
+
+def test_float16_sums_clip_an_overflowed_entry_and_report_nonfinite(grids):
+    # every sample at one point: the finest level's rows get 4000 terms each, far more than half_shift_base's
+    # estimate from a uniform spread, so their float16 sums overflow and are clipped to +-65504 * 2^-S
+    enc = HashGridEncoding(**CONFIGS["2d"], seed=1, gradient_precision="float16")
+    enc.table.load(grids["2d"].table.numpy())
+    x = np.full((4000, 2), 0.3, np.float32)
+    dy = np.ones((4000, enc.out_features), np.float32)
+    q = half_shift_base(enc.levels, enc.coarse_levels, 4000, 2)   # the coarse kernel takes the dense levels
+    g = vjp(enc, x, dy)[2]["table"]
+    assert np.isfinite(g).all()
+    top = enc.levels[-1]
+    fine = g[top.offset:top.offset + top.size]
+    clip = 65504.0 * 2.0**-q   # S = q - floor(log2 1) = q
+    assert np.isclose(fine.max(), clip, rtol=1e-6)
+    _, _, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    assert rtable[top.offset:top.offset + top.size].max() > 1.2 * clip   # the true sum was larger
+    dy[7, 3] = np.nan
+    enc.table.zero_grad()
+    y = enc(x)
+    y.grad.copy_from_numpy(dy)
+    enc.backward(x, y)
+    assert np.isnan(enc.table.grad_numpy()).all()
+    enc.table.zero_grad()
+
+
+def test_float16_sums_refuse_what_they_cannot_do():
+    with pytest.raises(ValueError, match="n_features must be even, got 1"):
+        HashGridEncoding(**CONFIGS["3d_f1"], gradient_precision="float16")
+    with pytest.raises(ValueError, match="cannot be deterministic"):
+        HashGridEncoding(2, deterministic=True, gradient_precision="float16")
+    with pytest.raises(ValueError, match="gradient_precision must be 'float32' or 'float16', got 'half'"):
+        HashGridEncoding(2, gradient_precision="half")
+
+
+def test_half_shift_base_keeps_the_busiest_level_under_float16():
+    levels = grid_levels(3, 16, 19, 16, 1.5)
+    # 2^18 samples, 8 corners, 2^19-row levels: mean hits 4 -> C = 32 -> q = 10
+    assert half_shift_base(levels, 4, 2**18, 3) == 15 - 5
+    # from level 0 (16^3 = 4096 rows): mean hits 512 -> C = 2064 -> q = 3
+    assert half_shift_base(levels, 0, 2**18, 3) == 15 - 12
+    assert half_shift_base(levels, 0, 2**36, 3) == -14   # clamped: the largest term stays a normal float16
+    assert half_shift_base(levels, 15, 1, 3) == 15 - 5   # C just above 16
+
+
+def test_float16_sums_from_a_config_and_back():
+    from sopt.nn.hashgrid import HashGridConfig
+    config = HashGridConfig(n_levels=4, log2_hashmap_size=8, gradient_precision="float16")
+    enc = HashGridEncoding.from_config(config, 3)
+    assert enc.gradient_precision == "float16" and enc.to_config() == config
+    assert "gradient_precision='float16'" in repr(enc)

@@ -54,6 +54,14 @@ MALFORMED = [   # (config file text or None, extra overrides, the one line expec
      "error: config encoding.n_frequencies = 20: the encoding gives 80 features; FullyFusedMLP takes at most 64"),
     ('{"encoding": {"otype": "HashGrid", "n_levels": 32, "n_features_per_level": 8, "log2_hashmap_size": 26}}', [],
      "error: config encoding.log2_hashmap_size = 26: the table would hold 12526987264 floats, more than 2147483647"),
+    ('{"encoding": {"otype": "HashGrid", "gradient_precision": "float16"}, "deterministic": true}', [],
+     "error: config encoding.gradient_precision = 'float16': float16 sums are not deterministic; use float32 with "
+     "deterministic=true"),
+    ('{"encoding": {"otype": "HashGrid", "gradient_precision": "float16", "n_features_per_level": 3}}', [],
+     "error: config encoding.n_features_per_level = 3: gradient_precision float16 sums pairs of features: it must "
+     "be even"),
+    ('{"encoding": {"otype": "HashGrid", "gradient_precision": "half"}}', [],
+     "error: config encoding.gradient_precision = 'half': "),
     ('{"image_size": 4096, "network": {"n_neurons": 512}}', [],
      "error: config image_size = 4096: evaluating the whole image needs 4096^2 pixels x 512 floats, more than "
      "2147483647"),
