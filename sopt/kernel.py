@@ -256,7 +256,7 @@ class Kernel:
     ``label``: what compile notices call it (default ``<source>:<entry>``).
     """
 
-    __slots__ = ("source", "entry", "generic", "label")
+    __slots__ = ("source", "entry", "generic", "label", "_identity")
 
     def __init__(self, source: "str | pathlib.Path | Source", entry: str, *generic: Any, label: str | None = None) -> None:
         self.source = Source(source)
@@ -264,6 +264,9 @@ class Kernel:
         self.generic = tuple(generic)
         spec = f"<{_generic_text(generic)}>" if generic else ""
         self.label = label if label is not None else f"{self.source.label}:{entry}{spec}"
+        # what identifies it, made once: layers look their bound kernels up by Kernel every dispatch (joining the
+        # generic text each time cost ~5 us of a step's host time per lookup)
+        self._identity = (self.source.key, self.entry, _generic_text(self.generic))
         _declared.setdefault((self.source.key, True), self.source)
 
     def specialise(self, *generic: Any, label: str | None = None) -> "Kernel":
@@ -271,7 +274,7 @@ class Kernel:
         return Kernel(self.source, self.entry, *self.generic, *generic, label=label)
 
     def _key(self) -> tuple[str, str, str]:
-        return (self.source.key, self.entry, _generic_text(self.generic))
+        return self._identity
 
     def load(self) -> spy.ComputeKernel:
         """The compute kernel on the current device, compiled and linked on the first call."""
