@@ -19,6 +19,10 @@ HYPERPARAMETERS = (
     weight_decay(),
     Hyperparameter("amsgrad", False, "divide by the largest second moment so far (AMSGrad)", config_key="amsgrad"),
     MAXIMIZE,
+    Hyperparameter("lazy", False, "leave elements whose gradient is exactly 0 this step untouched (values and moments; "
+                   "torch.optim.SparseAdam's rule): a step then reads little more than the gradients of a hash "
+                   "grid's table, most of whose rows a batch does not touch", config_key="lazy",
+                   absent_from_old_state_dicts=True),
 )
 
 
@@ -41,8 +45,19 @@ class Adam(Optimizer):
         vmax = max(vmax, v)                          (amsgrad; raw second moment, as torch)
         p   -= lr / (1 - beta1^t) * m / (sqrt(v or vmax) / sqrt(1 - beta2^t) + eps)
 
-    ``Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False)``.
-    State per element: ``exp_avg`` (m), ``exp_avg_sq`` (v), ``max_exp_avg_sq`` (vmax, with amsgrad).
+    ``Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, maximize=False,
+    lazy=False)``. State per element: ``exp_avg`` (m), ``exp_avg_sq`` (v), ``max_exp_avg_sq`` (vmax, with amsgrad).
+
+    ``lazy`` (per param group; config key ``lazy``): an element whose (clipped) gradient is exactly 0 this step
+    keeps p, m, v and vmax as they were: no moment decay and no weight decay, L2 or decoupled. Every other
+    element takes the update above with the global step t (steps applied by this optimiser) in the bias
+    corrections: torch.optim.SparseAdam's rule, and tiny-cuda-nn's ``skip_zero_grad_non_matrix_params``
+    except that tiny-cuda-nn counts steps per element. For tables of which a step touches few rows (a hash
+    grid's): updated in place (``double_buffer=False`` or ``skip_nonfinite=False``), a float4 of four zero
+    gradients is then not read beyond its gradient, nor written; double-buffered, it is copied to the other
+    side. Make only the table lazy with a param group::
+
+        Adam([{"params": grid.parameters(), "lazy": True}, {"params": mlp.parameters()}], lr=1e-2)
     """
 
     hyperparameters = HYPERPARAMETERS

@@ -40,6 +40,8 @@ class Hyperparameter:
     config_key: str | tuple[str, str] | None = None
     config_default: Value | None = None       # None: ``default``
     config_bounds: tuple[tuple[str, float], ...] = ()   # pydantic bounds of the config key(s): (("gt", 0.0), ...)
+    # added after state_dicts were saved without it: a saved group lacking it loads, keeping the group's value
+    absent_from_old_state_dicts: bool = False
 
     @property
     def is_pair(self) -> bool:

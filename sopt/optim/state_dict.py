@@ -43,7 +43,9 @@ class StateDict:
         optimiser's group keys), the group count and sizes, every group's hyperparameters through
         :meth:`check_group` (the constructor's checks) on a copy, ``max_grad_norm``, ``skip_nonfinite``, the step
         counts and every state array's name and shape; only then is anything applied. State slots the
-        state_dict does not hold are reset to their initial fill.
+        state_dict does not hold are reset to their initial fill. A hyperparameter added since state_dicts were
+        saved without it (``absent_from_old_state_dicts``, e.g. Adam's ``lazy``) may be missing from a saved
+        group: the group keeps its current value.
         """
         self._apply_state_dict(self._check_state_dict(state_dict))
 
@@ -119,7 +121,8 @@ class StateDict:
         if foreign:
             raise ValueError(f"param group {k} of the state_dict has option(s) {foreign}, which {me} does not have "
                              f"(its options: {sorted(self.defaults)}); was it saved from another optimizer?")
-        lacking = sorted(set(self.defaults) - set(saved))
+        newer = {h.key for h in self.hyperparameters if h.absent_from_old_state_dicts}   # e.g. Adam's lazy
+        lacking = sorted(set(self.defaults) - set(saved) - newer)
         if lacking:
             raise ValueError(f"param group {k} of the state_dict lacks {me}'s option(s) {lacking}; was it saved "
                              f"from another optimizer?")

@@ -47,6 +47,9 @@ class ReferenceOptimizer:
         h = self.h
         lr, (b1, b2), eps = h.get("lr", 1e-3), h.get("betas", (0.9, 0.999)), h.get("eps", 1e-8)
         wd = h.get("weight_decay", 1e-2 if decoupled else 0.0)
+        # lazy (torch.optim.SparseAdam's rule): elements whose gradient is 0 keep p and every moment
+        kept = g == 0 if h.get("lazy", False) else np.zeros(p.shape, bool)
+        before = {"p": p.copy(), **{k: v.copy() for k, v in s.items()}}
         g = -g if h.get("maximize", False) else g
         if decoupled:
             p *= 1 - lr * wd
@@ -65,6 +68,8 @@ class ReferenceOptimizer:
         else:
             denom = np.sqrt(v) / np.sqrt(bc2) + eps
         p -= lr / bc1 * m / denom
+        for name, array in (("p", p), *s.items()):
+            array[kept] = before.get(name, np.zeros_like(p))[kept]
 
     def _adamw(self, p, g, s):
         self._adam(p, g, s, decoupled=True)

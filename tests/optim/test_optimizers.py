@@ -217,7 +217,7 @@ _NUMBERS = {SGD: ("lr", "momentum", "dampening", "weight_decay"),
             Adam: ("lr", "eps", "weight_decay"), AdamW: ("lr", "eps", "weight_decay"),
             RMSprop: ("lr", "alpha", "eps", "weight_decay", "momentum"),
             Adagrad: ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")}
-_FLAGS = {SGD: ("nesterov", "maximize"), Adam: ("amsgrad", "maximize"), AdamW: ("amsgrad", "maximize"),
+_FLAGS = {SGD: ("nesterov", "maximize"), Adam: ("amsgrad", "maximize", "lazy"), AdamW: ("amsgrad", "maximize", "lazy"),
           RMSprop: ("centered", "maximize"), Adagrad: ("maximize",)}
 _OPTIONS = [("max_grad_norm", "1.0"), ("max_grad_norm", True), ("skip_nonfinite", 1), ("skip_nonfinite", "no"),
             ("double_buffer", 1.0), ("poll_every", -1), ("poll_every", "64"), ("poll_every", True),
