@@ -43,11 +43,6 @@ with ``--deterministic``). Its rows are labelled ``hashgrid-fp16`` / ``frequency
 same initial weights (same seed), and their tiny-cuda-nn and PyTorch columns are the network's measurements (PyTorch
 runs once per network, dims and batch).
 
-sopt's optimiser in these rows is ``issue21_optimizer``: Adam lr 1e-2 whose hash-table group is ``lazy`` (an entry
-with a zero gradient this step is left alone: tiny-cuda-nn's ``skip_zero_grad_non_matrix_params``, on by default in
-its Adam), updated in place after the non-finite scan. PyTorch's twin keeps torch.optim.Adam (dense), so its PSNR
-column compares training with a slightly different rule for untouched table entries.
-
 PyTorch starts from sopt's initial table and weights, so both train the same function (their PSNR agree when the
 networks are the same). Data: 2D, the generated ``--size`` image (PSNR over every pixel); 3D, 2^21 random points
 of the unit cube with the smooth 3-channel target ``cube_target`` (PSNR over 2^16 other points). tiny-cuda-nn's
@@ -361,19 +356,6 @@ def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bo
     return SoptField(label, model, None, mlp_layers(model.state_dict()))
 
 
-def issue21_optimizer(model: Any) -> Adam:
-    """Adam lr 1e-2 for issue 21's sopt rows, with tiny-cuda-nn's rule for encoding parameters
-    (``skip_zero_grad_non_matrix_params``, on by default there): the hash table's group is ``lazy`` (an entry whose
-    gradient is 0 this step is left alone), the MLP's is dense. In place with the non-finite scan
-    (``double_buffer=False``): a double-buffered update must copy every entry to its other side, lazy or not."""
-    layers = [model[i] for i in range(len(model))] if isinstance(model, Sequential) else [model]
-    tables = [p for m in layers if isinstance(m, HashGridEncoding) for p in m.parameters()]
-    table_ids = {id(p) for p in tables}
-    rest = [p for p in model.parameters() if id(p) not in table_ids]
-    groups = ([{"params": tables, "lazy": True}] if tables else []) + ([{"params": rest}] if rest else [])
-    return Adam(groups, lr=1e-2, double_buffer=False)
-
-
 def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int,
                       max_seconds: float) -> tuple[float, int]:
     """(seconds per step, steps timed): ``steps`` timed steps after ``warmup`` untimed ones and 5 untimed probe steps,
@@ -396,7 +378,7 @@ def run_sopt_field(network: str, dims: int, data: FieldData, batch: int, steps: 
     ``network`` is ``network_label(network, mlp)``) and the network built (PyTorch starts from its initial arrays,
     read before training)."""
     field = sopt_field_network(network, dims, seed, mlp=mlp)
-    opt = issue21_optimizer(field.model)
+    opt = Adam(field.model.parameters(), lr=1e-2)
     sampler = BatchSampler(data.coords, data.targets, batch_size=batch, seed=seed)
     trainer = Trainer(field.model, MSELoss(), opt, sampler, progress=False, log_every=10**9)
     per_step, timed = time_steps_budget(trainer.train_step, dev.synchronize, steps, warmup, max_seconds)

@@ -36,13 +36,14 @@ from sopt import device as dev   # noqa: E402
 from sopt import kernel as kn   # noqa: E402
 from sopt import tape as tp   # noqa: E402
 from sopt.losses import MSELoss   # noqa: E402
+from sopt.optim import Adam   # noqa: E402
 from sopt.train import BatchSampler, Trainer   # noqa: E402
 
 
 def split_step(args: argparse.Namespace, mlp: str, coords: np.ndarray, targets: np.ndarray) -> None:
     """Times and splits the training step of issue 21's ``args.network`` with its MLP in precision ``mlp``."""
     field = nf.sopt_field_network(args.network, args.dims, deterministic=args.deterministic, mlp=mlp)
-    trainer = Trainer(field.model, MSELoss(), nf.issue21_optimizer(field.model),
+    trainer = Trainer(field.model, MSELoss(), Adam(field.model.parameters(), lr=1e-2),
                       BatchSampler(coords, targets, batch_size=1 << args.batch, seed=0), progress=False,
                       log_every=10**9)
     for _ in range(args.warmup):
