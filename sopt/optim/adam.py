@@ -62,6 +62,7 @@ class Adam(Optimizer):
 
     hyperparameters = HYPERPARAMETERS
     update_kernel = Kernel("optim/adam", "adam_step")
+    has_lazy_kernels = True
     state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     decoupled_weight_decay = False
 

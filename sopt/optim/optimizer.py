@@ -123,6 +123,8 @@ class Optimizer(StateDict):
 
     hyperparameters: ClassVar[tuple[Hyperparameter, ...]]   # torch's constructor order
     update_kernel: ClassVar[Kernel]   # the update's entry point; "<entry>_unchecked" beside it checks nothing
+    has_lazy_kernels: ClassVar[bool] = False   # "<entry>_lazy" and "<entry>_unchecked_lazy" exist, compiled with a
+                                               # rule's `lazy` option (used when a group sets it: see step)
     kernels: ClassVar[dict[str, Kernel]]   # every kernel of the class by role, from update_kernel (see _kernel)
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
@@ -134,6 +136,9 @@ class Optimizer(StateDict):
             update = cls.update_kernel
             cls.kernels = {"update": update, "update_unchecked": Kernel(update.source, f"{update.entry}_unchecked"),
                            **_SHARED_KERNELS}
+            if cls.has_lazy_kernels:
+                cls.kernels.update({f"{role}_lazy": Kernel(update.source, f"{cls.kernels[role].entry}_lazy")
+                                    for role in ("update", "update_unchecked")})
 
     def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         # torch's TypeErrors for a missing, repeated or unknown argument
@@ -341,6 +346,8 @@ class Optimizer(StateDict):
             self._bound.clear()   # kernels bound to a previous buffer would keep it alive
             self._bound_buffer = buffer
         update = "update" if check != _PASS_NONE else "update_unchecked"
+        if self.has_lazy_kernels and any(g.get("lazy") for g in self.param_groups):
+            update += "_lazy"   # the rule's masking compiled in only where a group asks for it
         key, words, fields = self._layout()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
