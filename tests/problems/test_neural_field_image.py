@@ -106,7 +106,8 @@ def test_the_default_config_validates_and_a_new_otype_replaces_its_section() -> 
     assert data["optimizer"]["learning_rate"] == 0.02 and data["schedule"]["warmup_steps"] == 20
     grid = validate(NeuralFieldImageConfig, merge(data, {"encoding": {"otype": "HashGrid", "n_levels": 4}}))
     assert grid.encoding.model_dump() == {"otype": "HashGrid", "n_levels": 4, "n_features_per_level": 2,
-                                          "log2_hashmap_size": 19, "base_resolution": 16, "per_level_scale": 2.0}
+                                          "log2_hashmap_size": 19, "base_resolution": 16, "per_level_scale": 2.0,
+                                          "gradient_precision": "float32"}
     sgd = load_config(optimizer={"otype": "SGD"})
     assert sgd.optimizer.learning_rate == 0.01   # SGD's default: Adam's keys were not carried over
 
