@@ -13,8 +13,8 @@ from pydantic import Field
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device, multiprocessor_count, submit
-from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.kernel import Function, Kernel, dummy_buffer, grid_1d, launch
+from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
+from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.parameter import Parameter
@@ -33,6 +33,9 @@ COARSE_GROUPS = 16      # its groups where the multiprocessors are unknown (Vulk
 COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 110 us with 1, 80 us with 2 or 4)
 COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 164 in all: under Vulkan's 256 bytes
                         # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
+MAX_BYTE_ELEMENTS = 2**30   # the kernels address float buffers by 32-bit byte offsets: element indices below 2^30
+_FORWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_forward_kernel")     # specialised on (in_dims, levels, features)
+_BACKWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_backward_kernel")
 _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
 _GRAD_MAX_KERNEL = Kernel("nn/hashgrid", "hashgrid_grad_max_kernel")           # deterministic mode, pass 1
@@ -128,6 +131,27 @@ def grid_levels(in_dims: int, n_levels: int, log2_table_size: int, base_resoluti
     return levels
 
 
+def level_words(levels: list[GridLevel]) -> np.ndarray:
+    """The levels as hashgrid.slang's ``load_level`` reads them: (L, 4) uint32, per level the bits of ``scale``
+    (float32), ``resolution``, ``offset``, ``size | hashed << 31`` (sizes are at most 2^26)."""
+    words = np.zeros((len(levels), 4), np.uint32)
+    for i, lv in enumerate(levels):
+        words[i] = (np.float32(lv.scale).view(np.uint32), lv.resolution, lv.offset, lv.size | int(lv.hashed) << 31)
+    return words
+
+
+def _placement(t: spy.Tensor, who: str, name: str) -> tuple[spy.Buffer, int, int, int]:
+    """(storage, element offset, row stride, column stride) of the (N, W) tensor ``t``, ValueError when an element
+    lies at or past MAX_BYTE_ELEMENTS (the kernels' 32-bit byte offsets)."""
+    offset = t.offset
+    rows, width = t.shape.as_tuple()
+    row, col = t.strides.as_tuple()
+    if offset + (rows - 1) * row + (width - 1) * col >= MAX_BYTE_ELEMENTS:
+        raise ValueError(f"{who}: {name} reaches element {offset + (rows - 1) * row + (width - 1) * col} of its "
+                         f"buffer; the hash grid kernels address below 2^30 floats (4 GiB); use a smaller batch")
+    return t.storage, offset, row, col
+
+
 @register("encoding", "HashGrid", HashGridConfig)
 class HashGridEncoding(Module):
     """``x (N, in_dims) in [0, 1] -> y (N, n_levels * n_features)``, level-major: ``y[:, l * F + f]``.
@@ -158,7 +182,7 @@ class HashGridEncoding(Module):
 
     ``gradient_precision="float16"`` (tiny-cuda-nn's fp16 gradients): the same three passes, but the terms
     ``w dL/dy 2^S`` are summed in float16, each pair of features with one packed atomic (half the atomics and half
-    the memory traffic of float32 sums: H200, 3D, 2^18 samples, hashgrid_backprop 826 -> 418 us), S = q -
+    the memory traffic of float32 sums: H200, 3D, 2^18 samples, the backward kernel 826 -> 418 us), S = q -
     floor(log2 M) with q from :func:`half_shift_base`; the last pass adds ``sum * 2^-S`` to dL/dtable. Each
     term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
@@ -199,9 +223,9 @@ class HashGridEncoding(Module):
         self.levels = grid_levels(self.in_dims, self.n_levels, self.log2_table_size, self.base_resolution,
                                   self.per_level_scale)
         rows = self.levels[-1].offset + self.levels[-1].size
-        if rows * self.n_features > 2**31 - 1:
+        if rows * self.n_features > MAX_BYTE_ELEMENTS:
             raise ValueError(f"HashGridEncoding: the table would have {rows * self.n_features} elements, more than "
-                             "2^31 - 1; lower log2_table_size or n_levels")
+                             "2^30 (the kernels' 32-bit byte offsets); lower log2_table_size or n_levels")
         if self.deterministic and rows * self.n_features >= MAX_FIXED_ENTRIES:
             raise ValueError(f"HashGridEncoding: deterministic=True needs fewer than {MAX_FIXED_ENTRIES} table entries "
                              f"(32-bit byte offsets of its int64 sums), the table has {rows * self.n_features}; "
@@ -212,15 +236,14 @@ class HashGridEncoding(Module):
                              "lower log2_table_size or n_levels")
         self._sum_mode = SUM_FIXED if self.deterministic else SUM_HALF if gradient_precision == "float16" else SUM_FLOAT
         self.table = Parameter(np.zeros((rows, self.n_features), np.float32), name="table")
+        self._table_elements = rows * self.n_features   # table.size, kept (Parameter.size takes a numpy product)
         init.uniform_(self.table, -INIT_RANGE, INIT_RANGE, seed=derive_seed(seed, 0))
-        sizes = f"{self.in_dims},{self.n_levels},{self.n_features}"
-        self._forward_fn = Function("nn/hashgrid", "hashgrid_forward", sizes)
-        self._backprop_fn = Function("nn/hashgrid", "hashgrid_backprop", sizes).backward
-        self._level_args = {
-            "scale": [lv.scale for lv in self.levels], "resolution": [lv.resolution for lv in self.levels],
-            "offset": [lv.offset for lv in self.levels], "size": [lv.size for lv in self.levels],
-            "hashed": [int(lv.hashed) for lv in self.levels],
-        }
+        # the per-level constants, read by the kernels from a buffer (Vulkan's 256 bytes of push constants hold
+        # the kernels' other arguments, not 20 bytes per level too)
+        self._levels = get_device().create_buffer(
+            usage=spy.BufferUsage.shader_resource, data=level_words(self.levels))
+        self._forward_kernel: Any = None    # hashgrid_forward_kernel bound, made on first use
+        self._backward_kernel: Any = None   # hashgrid_backward_kernel bound, made on first use
         self._buffers = BatchBuffers()
         self._fixed: spy.Buffer | None = None     # fixed-point or float16 sums, made on first backward
         self._max_at = 0                          # byte offset of the next backward's M slot
@@ -249,13 +272,34 @@ class HashGridEncoding(Module):
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         yield "table", self.table
 
-    def _grid(self, need_dx: bool, max_at: int = 0, shift_base: int = 0, sums: bool = False) -> dict[str, Any]:
-        """The ``HashGridTable`` of hashgrid.slang (table tensors fetched now: they move into an optimiser's arena);
-        ``sums``: this call adds into the fixed-point or float16 sums."""
-        return {"table": self.table.values, "table_grad": self.table.grad, **self._level_args,
-                "need_dx": int(need_dx), "mode": self._sum_mode if sums else SUM_FLOAT,
-                "fixed": self._fixed if sums and self._fixed is not None else dummy_buffer(), "max_at": max_at,
-                "shift_base": shift_base}
+    def _table_placement(self, tensor: spy.Tensor, name: str) -> tuple[spy.Buffer, int]:
+        """(storage, element offset) of the table's values or gradient, fetched at each call (they move into an
+        optimiser's arena); ValueError when its last element lies past the kernels' 2^30 floats."""
+        offset = tensor.offset
+        if offset + self._table_elements > MAX_BYTE_ELEMENTS:
+            raise ValueError(f"HashGridEncoding: the table's {name} end at element {offset + self._table_elements} of "
+                             "their buffer; the hash grid kernels address below 2^30 floats (4 GiB)")
+        return tensor.storage, offset
+
+    def _bind_forward(self) -> Any:
+        """hashgrid_forward_kernel<in_dims, n_levels, n_features> with its HashGridForwardArgs bound (the per-call
+        members set at each forward)."""
+        buffer = dummy_buffer()
+        self._forward_kernel = _FORWARD_KERNEL.specialise(self.in_dims, self.n_levels, self.n_features).bind(
+            call={"levels": self._levels, "x": buffer, "table": buffer, "y": buffer, "x_off": 0, "x_row": 0,
+                  "x_col": 0, "table_off": 0, "y_off": 0, "y_row": 0, "y_col": 0, "n": 0})
+        return self._forward_kernel
+
+    def _bind_backward(self) -> Any:
+        """hashgrid_backward_kernel<in_dims, n_levels, n_features> with its HashGridBackwardArgs bound (this mode
+        fixed; the per-call members set at each backward)."""
+        buffer = dummy_buffer()
+        self._backward_kernel = _BACKWARD_KERNEL.specialise(self.in_dims, self.n_levels, self.n_features).bind(
+            call={"levels": self._levels, "x": buffer, "dx": buffer, "dy": buffer, "table": buffer,
+                  "table_grad": buffer, "fixed": buffer, "x_off": 0, "x_row": 0, "x_col": 0, "dx_off": 0,
+                  "dx_row": 0, "dx_col": 0, "dy_off": 0, "dy_row": 0, "dy_col": 0, "table_off": 0, "grad_off": 0,
+                  "n": 0, "need_dx": 0, "mode": self._sum_mode, "coarse": 0, "max_at": 0, "shift_base": 0})
+        return self._backward_kernel
 
     def _bind_fixed_kernels(self, fixed: spy.Buffer) -> tuple[Any, Any]:
         """hashgrid_grad_max_kernel and this mode's pass 3 (hashgrid_fixed_to_grad_kernel or
@@ -272,7 +316,7 @@ class HashGridEncoding(Module):
         """The buffer of the fixed-point or float16 sums: two M slots (8 bytes), then one int64 per table entry
         (deterministic) or one float16 per table entry (pairs in one word), all zero."""
         if self._fixed is None:
-            size = 8 + (8 if self._sum_mode == SUM_FIXED else 2) * self.table.size
+            size = 8 + (8 if self._sum_mode == SUM_FIXED else 2) * self._table_elements
             self._fixed = get_device().create_buffer(
                 size=size, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
                 data=np.zeros(size, np.uint8))
@@ -281,8 +325,14 @@ class HashGridEncoding(Module):
     def forward(self, x: Any, encoder: spy.CommandEncoder | None = None) -> spy.Tensor:
         x = as_batch(x, self.in_features, "HashGridEncoding")
         n = x.shape[0]
+        x_at = _placement(x, "HashGridEncoding", "x")
+        table, table_off = self._table_placement(self.table.values, "values")
         y = self._buffers.get("y", n, self.out_features, grads=True)
-        launch(self._forward_fn, encoder, n=grid_1d(n), x=batch_in(x, False), g=self._grid(False), y=y)
+        y_at = _placement(y, "HashGridEncoding", "y")
+        kernel = self._forward_kernel or self._bind_forward()
+        kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
+                           table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
+                           n=n).dispatch(n, encoder)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -291,57 +341,76 @@ class HashGridEncoding(Module):
         check_output(y, n, self.out_features, "HashGridEncoding")
         want_dx = has_grad(x)
         dy = y.grad
-        if self._sum_mode != SUM_FLOAT and dy.strides[1] != 1:
+        x_at = _placement(x, "HashGridEncoding.backward", "x")
+        dy_at = _placement(dy, "HashGridEncoding.backward", "dL/dy")
+        if self._sum_mode != SUM_FLOAT and dy_at[3] != 1:
             raise ValueError(f"HashGridEncoding.backward: dL/dy must have contiguous rows, got strides {dy.strides}")
+        dx_at = _placement(x.grad, "HashGridEncoding.backward", "dL/dx") if want_dx else None
+        table = self._table_placement(self.table.values, "values")
+        grad = self._table_placement(self.table.grad, "gradient")
         # every pass in one command buffer, whoever submits it
         own = encoder is None
         if own:
             encoder = get_device().create_command_encoder()
         if self._sum_mode != SUM_FLOAT:
-            self._fixed_backward(x, y, want_dx, encoder)
+            self._fixed_backward(n, x_at, dy_at, dx_at, table, grad, encoder)
         else:
-            coarse = self._coarse_backprop(x, dy, encoder)
-            launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
-                   g=self._grid(want_dx), coarse=coarse, y=batch_grad(y))
+            coarse = self._coarse_backprop(n, x_at, dy_at, grad, encoder)
+            self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder)
         if own:
             submit(encoder)
 
-    def _fixed_backward(self, x: spy.Tensor, y: spy.Tensor, want_dx: bool, encoder: spy.CommandEncoder) -> None:
-        """The backward of deterministic mode or float16 sums, recorded into ``encoder``: M = max |dL/dy| (pass 1),
-        the coarse levels' sums (fixed point; float16 sums leave them to the float32 coarse kernel) and
-        hashgrid_backprop's (pass 2), then their conversion into dL/dtable (pass 3)."""
-        n, dy = x.shape[0], y.grad
+    def _dispatch_backward(self, n: int, x_at: tuple, dy_at: tuple, dx_at: tuple | None, table: tuple, grad: tuple,
+                           coarse: int, encoder: spy.CommandEncoder, max_at: int = 0, shift_base: int = 0) -> None:
+        """Record hashgrid_backward_kernel for ``n`` samples: x, dL/dy, dL/dx as ``_placement`` gives them (dL/dx
+        None when x has no gradient), the table's values and gradient as (storage, offset), levels below ``coarse``
+        left to the coarse kernel; ``max_at``, ``shift_base``: the fixed-point or float16 sums'."""
+        need_dx = dx_at is not None
+        if not need_dx:
+            dx_at = (dummy_buffer(), 0, 0, 0)
+        kernel = self._backward_kernel or self._bind_backward()
+        kernel.set_members(
+            "call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], dy=dy_at[0], dy_off=dy_at[1],
+            dy_row=dy_at[2], dy_col=dy_at[3], dx=dx_at[0], dx_off=dx_at[1], dx_row=dx_at[2], dx_col=dx_at[3],
+            table=table[0], table_off=table[1], table_grad=grad[0], grad_off=grad[1],
+            fixed=self._fixed if self._fixed is not None else dummy_buffer(), n=n, need_dx=int(need_dx), coarse=coarse,
+            max_at=max_at, shift_base=shift_base).dispatch(n, encoder)
+
+    def _fixed_backward(self, n: int, x_at: tuple, dy_at: tuple, dx_at: tuple | None, table: tuple, grad: tuple,
+                        encoder: spy.CommandEncoder) -> None:
+        """The backward of deterministic mode or float16 sums, recorded into ``encoder`` (arguments as
+        :meth:`_dispatch_backward`'s): M = max |dL/dy| (pass 1), the coarse levels' sums (fixed point; float16 sums
+        leave them to the float32 coarse kernel) and hashgrid_backward_kernel's (pass 2), then their conversion into
+        dL/dtable (pass 3)."""
         fixed, max_at = self._fixed_buffer(), self._max_at
         self._max_at ^= 4
         max_kernel, to_grad_kernel = self._fixed_kernels or self._bind_fixed_kernels(fixed)
         width = self.out_features
-        max_kernel.set_members("call", values=dy.storage, off=dy.offset, stride=dy.strides[0], width=width,
+        max_kernel.set_members("call", values=dy_at[0], off=dy_at[1], stride=dy_at[2], width=width,
                                count=n * width, max_at=max_at).dispatch(
             -(-n * width // GRAD_MAX_PER_THREAD), encoder)
         if self._sum_mode == SUM_FIXED:
             shift_base = 61 - n.bit_length()   # S = 61 - log2_n - e (hashgrid.slang)
             # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)
-            coarse = self._coarse_backprop(x, dy, encoder, (fixed, max_at, shift_base))
-            count = self.table.size
+            coarse = self._coarse_backprop(n, x_at, dy_at, grad, encoder, (fixed, max_at, shift_base))
+            count = self._table_elements
         else:
-            coarse = self._coarse_backprop(x, dy, encoder)
+            coarse = self._coarse_backprop(n, x_at, dy_at, grad, encoder)
             shift_base = half_shift_base(self.levels, coarse, n, self.in_dims)
-            count = self.table.size // 2   # half2 words
-        launch(self._backprop_fn, encoder, n=grid_1d(n), x=batch_in(x, want_dx),
-               g=self._grid(want_dx, max_at, shift_base, sums=True), coarse=coarse, y=batch_grad(y))
-        grad = self.table.grad
-        to_grad_kernel.set_members("call", values=grad.storage, off=grad.offset, count=count, max_at=max_at,
+            count = self._table_elements // 2   # half2 words
+        self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder, max_at, shift_base)
+        to_grad_kernel.set_members("call", values=grad[0], off=grad[1], count=count, max_at=max_at,
                                    shift_base=shift_base).dispatch(-(-count // FIXED_PER_THREAD), encoder)
 
-    def _coarse_backprop(self, x: spy.Tensor, dy: spy.Tensor, encoder: spy.CommandEncoder | None,
+    def _coarse_backprop(self, n: int, x_at: tuple, dy_at: tuple, grad: tuple, encoder: spy.CommandEncoder,
                          fixed: tuple[spy.Buffer, int, int] | None = None) -> int:
         """Record hashgrid_coarse_backprop_kernel (the table gradient of levels [0, coarse_levels), summed per thread
         group in group-shared memory) and return how many levels it took: 0 when there are none, x or dL/dy
-        is not row-contiguous or the kernel would not pay (hashgrid_backprop then does every level). In
-        deterministic mode ``fixed`` = (the fixed-point buffer, this call's M slot, its shift_base) and the kernel is
+        is not row-contiguous or the kernel would not pay (hashgrid_backward_kernel then does every level). x, dL/dy
+        as ``_placement`` gives them, ``grad`` the table gradient's (storage, offset). In deterministic mode
+        ``fixed`` = (the fixed-point buffer, this call's M slot, its shift_base) and the kernel is
         hashgrid_coarse_fixed_backprop_kernel, which adds its int64 sums there instead of to dL/dtable."""
-        n = x.shape[0]
-        if self.coarse_levels == 0 or n == 0 or x.strides[1] != 1 or dy.strides[1] != 1:
+        if self.coarse_levels == 0 or n == 0 or x_at[3] != 1 or dy_at[3] != 1:
             return 0
         sms = multiprocessor_count()
         groups = min(-(-n // COARSE_THREADS), sms * COARSE_GROUPS_PER_SM if sms else COARSE_GROUPS)
@@ -350,20 +419,22 @@ class HashGridEncoding(Module):
         coarse = self.coarse_levels
         bound = self._coarse_kernel
         if bound is None:   # specialised on the level count: its arrays hold only these levels (push constant room)
-            levels = {k: self._level_args[k][:coarse] for k in ("scale", "resolution", "offset", "size")}
+            levels = {"scale": [lv.scale for lv in self.levels[:coarse]],
+                      "resolution": [lv.resolution for lv in self.levels[:coarse]],
+                      "offset": [lv.offset for lv in self.levels[:coarse]],
+                      "size": [lv.size for lv in self.levels[:coarse]]}
             kernel = _COARSE_FIXED_KERNEL if self.deterministic else _COARSE_KERNEL
             bound = self._coarse_kernel = kernel.specialise(self.in_dims, coarse, self.n_features).bind(
                 call={"x": dummy_buffer(), "dy": dummy_buffer(), "table_grad": dummy_buffer(), "x_off": 0,
                       "x_stride": 0, "dy_off": 0, "dy_stride": 0, "grad_off": 0, **levels, "n": 0, "per_group": 0,
                       "fixed": dummy_buffer(), "max_at": 0, "shift_base": 0})
         if fixed is None:
-            grad = self.table.grad
-            target = {"table_grad": grad.storage, "grad_off": grad.offset}
+            target = {"table_grad": grad[0], "grad_off": grad[1]}
         else:
             target = dict(zip(("fixed", "max_at", "shift_base"), fixed))
         bound.set_members(
-            "call", x=x.storage, x_off=x.offset, x_stride=x.strides[0], dy=dy.storage, dy_off=dy.offset,
-            dy_stride=dy.strides[0], n=n, per_group=-(-n // groups), **target).dispatch(groups * COARSE_THREADS, encoder)
+            "call", x=x_at[0], x_off=x_at[1], x_stride=x_at[2], dy=dy_at[0], dy_off=dy_at[1], dy_stride=dy_at[2], n=n,
+            per_group=-(-n // groups), **target).dispatch(groups * COARSE_THREADS, encoder)
         return coarse
 
     def __repr__(self) -> str:

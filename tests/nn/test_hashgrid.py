@@ -358,3 +358,63 @@ def test_float16_sums_from_a_config_and_back():
     enc = HashGridEncoding.from_config(config, 3)
     assert enc.gradient_precision == "float16" and enc.to_config() == config
     assert "gradient_precision='float16'" in repr(enc)
+
+
+def test_every_mode_records_only_bound_kernels(grids, monkeypatch):
+    # forward and backward are compute kernels bound once per encoding: no SlangPy function call (sopt.kernel._run,
+    # ~110 us of host time each) in any mode; 3000 samples, so the coarse kernels run too
+    import sopt.kernel
+    from sopt.device import dispatch_count
+
+    def no_function_calls(*args, **kwargs):
+        raise AssertionError("a SlangPy function call in HashGridEncoding")
+
+    rng = np.random.default_rng(12)
+    x = rng.uniform(0, 1, size=(3000, 2)).astype(np.float32)
+    dy = rng.normal(size=(3000, 6)).astype(np.float32)
+    encs = [HashGridEncoding(**CONFIGS["2d"], seed=1, **kw)
+            for kw in ({}, {"deterministic": True}, {"gradient_precision": "float16"})]
+    monkeypatch.setattr(sopt.kernel, "_run", no_function_calls)
+    counts = []
+    for enc in encs:
+        before = dispatch_count()
+        y = enc(x)
+        y.grad.copy_from_numpy(dy)
+        enc.backward(x, y)
+        counts.append(dispatch_count() - before)
+    # forward + (coarse, backward); + (grad max, coarse, backward, conversion) in the other two
+    assert counts == [3, 5, 5]
+    monkeypatch.undo()
+    _, _, rtable = ref_hashgrid(x, encs[0].table.numpy(), encs[0].levels, dy.astype(np.float64))
+    np.testing.assert_allclose(encs[0].table.grad_numpy(), rtable, rtol=1e-4, atol=1e-4)
+
+
+def test_strided_x_is_read_and_its_gradient_written(grids):
+    # x as a transposed view (row stride 1, column stride N): the kernels read x at x_off + n x_row + d x_col (the
+    # coarse kernel, which needs contiguous rows, stands aside) and write dL/dx into x's own gradient tensor
+    import slangpy as spy
+    from slangpy.slangpy import Shape
+
+    from sopt.device import get_device
+
+    enc = grids["2d"]
+    rng = np.random.default_rng(13)
+    n = 3000
+    x = rng.uniform(0, 1, size=(n, 2)).astype(np.float32)
+    dy = rng.normal(size=(n, enc.out_features)).astype(np.float32)
+    storage = spy.Tensor.from_numpy(get_device(), np.concatenate([np.zeros(7, np.float32), x.T.ravel()]))
+    ry, rdx, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    shifted = storage.view(Shape((n, 2)), Shape((1, n)), 7)   # from element 7 of its buffer
+    np.testing.assert_allclose(enc(shifted).to_numpy(), ry, rtol=1e-5, atol=1e-5)
+    # with a gradient (from offset 0: slangpy's with_grads gives a view's gradient the view's offset in a buffer
+    # only the view's size)
+    xt = spy.Tensor.from_numpy(get_device(), x.T.copy()).view(Shape((n, 2)), Shape((1, n)), 0).with_grads(zero=True)
+    assert xt.strides.as_tuple() == (1, n)
+    enc.table.zero_grad()
+    y = enc(xt)
+    np.testing.assert_allclose(y.to_numpy(), ry, rtol=1e-5, atol=1e-5)
+    y.grad.copy_from_numpy(dy)
+    enc.backward(xt, y)
+    np.testing.assert_allclose(xt.grad.to_numpy(), rdx, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-4, atol=1e-4)
+    enc.table.zero_grad()
