@@ -14,7 +14,7 @@ from pydantic import Field
 
 from sopt.experiments.problem import ProblemConfig
 from sopt.nn.fully_fused_mlp import MAX_WIDTH
-from sopt.nn.hashgrid import MAX_FIXED_ENTRIES, grid_levels
+from sopt.nn.hashgrid import MAX_BYTE_ELEMENTS, MAX_FIXED_ENTRIES, grid_levels
 from sopt.nn.tensor_core_mlp import MAX_INPUT as TENSOR_CORE_MAX_INPUT, cuda_only_reason, cuda_unavailable
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy tensor indices are 32-bit: no per-batch tensor may hold more floats
@@ -98,7 +98,7 @@ class NeuralFieldConfig(ProblemConfig):
         enc, net = self.encoding, self.network
         if enc.otype == "HashGrid":
             entries = self._table_entries()
-            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_ELEMENTS
+            limit = MAX_FIXED_ENTRIES if self.deterministic else MAX_BYTE_ELEMENTS   # 32-bit byte offsets
             if entries > limit:
                 errors.append((("encoding", "log2_hashmap_size"), enc.log2_hashmap_size,
                                f"the table would hold {entries} floats, more than {limit}"

@@ -53,7 +53,7 @@ MALFORMED = [   # (config file text or None, extra overrides, the one line expec
     ('{"network": {"otype": "FullyFusedMLP"}, "encoding": {"n_frequencies": 20}}', [],
      "error: config encoding.n_frequencies = 20: the encoding gives 80 features; FullyFusedMLP takes at most 64"),
     ('{"encoding": {"otype": "HashGrid", "n_levels": 32, "n_features_per_level": 8, "log2_hashmap_size": 26}}', [],
-     "error: config encoding.log2_hashmap_size = 26: the table would hold 12526987264 floats, more than 2147483647"),
+     "error: config encoding.log2_hashmap_size = 26: the table would hold 12526987264 floats, more than 1073741824"),
     ('{"encoding": {"otype": "HashGrid", "gradient_precision": "float16"}, "deterministic": true}', [],
      "error: config encoding.gradient_precision = 'float16': float16 sums are not deterministic; use float32 with "
      "deterministic=true"),
