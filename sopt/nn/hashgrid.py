@@ -306,8 +306,8 @@ class HashGridEncoding(Module):
         hashgrid_half_to_grad_kernel) with their HashGridFixedArgs bound (the per-call members set at each
         backward)."""
         def bind(kernel: Kernel) -> Any:
-            return kernel.bind(call={"fixed": fixed, "words": fixed, "values": dummy_buffer(), "off": 0, "stride": 0, "width": 1,
-                                     "count": 0, "max_at": 0, "shift_base": 0})
+            return kernel.bind(call={"fixed": fixed, "words": fixed, "values": dummy_buffer(), "off": 0, "stride": 0,
+                                     "width": 1, "count": 0, "max_at": 0, "shift_base": 0})
         to_grad = _FIXED_TO_GRAD_KERNEL if self._sum_mode == SUM_FIXED else _HALF_TO_GRAD_KERNEL
         self._fixed_kernels = (bind(_GRAD_MAX_KERNEL), bind(to_grad))
         return self._fixed_kernels
