@@ -41,8 +41,6 @@ _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_ker
 _GRAD_MAX_KERNEL = Kernel("nn/hashgrid", "hashgrid_grad_max_kernel")           # deterministic mode, pass 1
 _FIXED_TO_GRAD_KERNEL = Kernel("nn/hashgrid", "hashgrid_fixed_to_grad_kernel")   # and pass 3
 _HALF_TO_GRAD_KERNEL = Kernel("nn/hashgrid", "hashgrid_half_to_grad_kernel")     # float16 sums' pass 3
-MAX_HALF_ENTRIES = 2**31 - 8    # float16 sums: 2 bytes per table entry from byte 8, 32-bit byte offsets
-HALF_MAX = 65504.0              # the largest finite float16
 SUM_FLOAT, SUM_FIXED, SUM_HALF = 0, 1, 2   # how the table gradient is summed (hashgrid.slang's SUM_*)
 GradientPrecision = Literal["float32", "float16"]
 FIXED_PER_THREAD = 4   # floats per thread of pass 3 (FIXED_PER_THREAD in hashgrid.slang)
@@ -182,7 +180,7 @@ class HashGridEncoding(Module):
 
     ``gradient_precision="float16"`` (tiny-cuda-nn's fp16 gradients): the same three passes, but the terms
     ``w dL/dy 2^S`` are summed in float16, each pair of features with one packed atomic (half the atomics and half
-    the memory traffic of float32 sums: H200, 3D, 2^18 samples, the backward kernel 826 -> 418 us), S = q -
+    the memory traffic of float32 sums: H200, 3D, 2^18 samples, the backward kernel 826 -> 412 us), S = q -
     floor(log2 M) with q from :func:`half_shift_base`; the last pass adds ``sum * 2^-S`` to dL/dtable. Each
     term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
@@ -229,10 +227,6 @@ class HashGridEncoding(Module):
         if self.deterministic and rows * self.n_features >= MAX_FIXED_ENTRIES:
             raise ValueError(f"HashGridEncoding: deterministic=True needs fewer than {MAX_FIXED_ENTRIES} table entries "
                              f"(32-bit byte offsets of its int64 sums), the table has {rows * self.n_features}; "
-                             "lower log2_table_size or n_levels")
-        if gradient_precision == "float16" and rows * self.n_features > MAX_HALF_ENTRIES:
-            raise ValueError(f"HashGridEncoding: gradient_precision='float16' needs at most {MAX_HALF_ENTRIES} table "
-                             f"entries (32-bit byte offsets of its sums), the table has {rows * self.n_features}; "
                              "lower log2_table_size or n_levels")
         self._sum_mode = SUM_FIXED if self.deterministic else SUM_HALF if gradient_precision == "float16" else SUM_FLOAT
         self.table = Parameter(np.zeros((rows, self.n_features), np.float32), name="table")
