@@ -441,8 +441,9 @@ class BoundKernel:
                 if type(v) is dict:   # a struct member now: set_members checks its members from here on
                     self._nested.add(path[0])
 
-    def dispatch(self, threads: int, encoder: spy.CommandEncoder | None = None) -> None:
-        """Record ``threads`` threads (1-D) into ``encoder``, or submit them now without one."""
+    def dispatch(self, threads: int | tuple[int, int], encoder: spy.CommandEncoder | None = None) -> None:
+        """Record ``threads`` threads into ``encoder``, or submit them now without one: a count (1-D), or
+        ``(x, y)`` for a 2-D grid of threads (CUDA starts the thread groups of one y before the next y's, x fastest)."""
         global _dispatches
         _dispatches += 1
         own = encoder is None
@@ -450,7 +451,7 @@ class BoundKernel:
             encoder = get_device().create_command_encoder()
         compute = encoder.begin_compute_pass()
         compute.bind_pipeline(self.kernel.pipeline, self._root)
-        compute.dispatch([threads, 1, 1])
+        compute.dispatch([threads, 1, 1] if isinstance(threads, int) else [threads[0], threads[1], 1])
         compute.end()
         if own:
             submit(encoder)

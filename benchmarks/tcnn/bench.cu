@@ -16,6 +16,10 @@
 //                   [--per-level-scale 1.5] [--n-cycle 8] [--rtc-cache DIR] [--json out.json]
 //   --steps: timed steps, one value for every batch or one per batch of --batches.
 //   --rtc-cache: where JIT fusion keeps its compiled kernels (reused across runs and batches).
+//   --split N: after each classic (jit=0) run, time N more steps phase by phase (events between
+//              Trainer::forward (encoding, MLP, loss), Trainer::backward and Trainer::optimizer_step)
+//              and print one SPLIT line with the median of each phase, e.g.
+//              SPLIT model=hashgrid dims=3 batch=262144 steps=200 forward_ms=0.31 backward_ms=0.52 optimizer_ms=0.15
 //
 // Each timed configuration prints one line starting with "RESULT", e.g.
 // RESULT model=hashgrid dims=2 batch=16384 jit=0 steps=1000 mean_ms=0.2345 chunk_median_ms=0.2301 chunk_min_ms=0.2250 chunk_max_ms=0.3012 wall_mean_ms=0.2346 msamples_per_s=69.87 loss_first=0.33 loss_last=0.08 n_params=...
@@ -73,6 +77,7 @@ struct Options {
 	uint32_t n_cycle = 8; // number of distinct pre-generated random batches cycled through
 	std::string json_path;
 	std::string rtc_cache;
+	uint32_t split = 0; // steps timed phase by phase after each classic run (0: none)
 
 	uint32_t steps_for(size_t batch_index) const { return steps.size() == 1 ? steps[0] : steps.at(batch_index); }
 };
@@ -115,8 +120,9 @@ Options parse(int argc, char** argv) {
 		else if (a == "--per-level-scale") o.per_level_scale = std::stof(next());
 		else if (a == "--n-cycle") o.n_cycle = std::max(1u, (uint32_t)std::stoul(next()));
 		else if (a == "--json") o.json_path = next();
+		else if (a == "--split") o.split = (uint32_t)std::stoul(next());
 		else if (a == "-h" || a == "--help") {
-			std::printf("usage: %s [--steps N|N1,N2,..] [--warmup N] [--batches a,b] [--dims 2,3] [--models hashgrid,frequency,identity] [--jit 0|1|both] [--per-level-scale S] [--n-cycle K] [--rtc-cache DIR] [--json FILE]\n", argv[0]);
+			std::printf("usage: %s [--steps N|N1,N2,..] [--warmup N] [--batches a,b] [--dims 2,3] [--models hashgrid,frequency,identity] [--jit 0|1|both] [--per-level-scale S] [--n-cycle K] [--rtc-cache DIR] [--split N] [--json FILE]\n", argv[0]);
 			std::exit(0);
 		} else {
 			std::fprintf(stderr, "unknown argument %s\n", a.c_str());
@@ -258,6 +264,38 @@ Result run_one(const Options& opt, const std::string& model_name, uint32_t n_in,
 
 	std::vector<double> sorted = chunk_means;
 	std::sort(sorted.begin(), sorted.end());
+
+	if (opt.split > 0 && !jit_active) {
+		// Phase by phase: four events per step; the median of each phase over opt.split steps.
+		// The same loss scale as Trainer::training_step (128 for fp16 parameters).
+		const float loss_scale = default_loss_scale<network_precision_t>();
+		std::vector<cudaEvent_t> pe((size_t)opt.split * 4);
+		for (auto& e : pe) BENCH_CUDA_CHECK(cudaEventCreate(&e));
+		for (uint32_t i = 0; i < opt.split; ++i) {
+			const auto& in = inputs[i % opt.n_cycle];
+			BENCH_CUDA_CHECK(cudaEventRecord(pe[4 * i], stream));
+			auto ctx = model.trainer->forward(stream, loss_scale, in, targets[i % opt.n_cycle]);
+			BENCH_CUDA_CHECK(cudaEventRecord(pe[4 * i + 1], stream));
+			model.trainer->backward(stream, *ctx, in);
+			BENCH_CUDA_CHECK(cudaEventRecord(pe[4 * i + 2], stream));
+			model.trainer->optimizer_step(stream, loss_scale);
+			BENCH_CUDA_CHECK(cudaEventRecord(pe[4 * i + 3], stream));
+		}
+		BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
+		std::vector<double> phase[3];
+		for (uint32_t i = 0; i < opt.split; ++i) {
+			for (int k = 0; k < 3; ++k) {
+				float ms = 0.0f;
+				BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, pe[4 * i + k], pe[4 * i + k + 1]));
+				phase[k].push_back(ms);
+			}
+		}
+		for (auto& e : pe) BENCH_CUDA_CHECK(cudaEventDestroy(e));
+		for (auto& v : phase) std::sort(v.begin(), v.end());
+		std::printf("SPLIT model=%s dims=%u batch=%u steps=%u forward_ms=%.4f backward_ms=%.4f optimizer_ms=%.4f\n",
+			model_name.c_str(), n_in, batch, opt.split, phase[0][opt.split / 2], phase[1][opt.split / 2], phase[2][opt.split / 2]);
+		std::fflush(stdout);
+	}
 
 	float loss_last = 0.0f;
 	{

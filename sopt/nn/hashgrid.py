@@ -326,7 +326,7 @@ class HashGridEncoding(Module):
         kernel = self._forward_kernel or self._bind_forward()
         kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
                            table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
-                           n=n).dispatch(n, encoder)
+                           n=n).dispatch((n, self.n_levels), encoder)   # one thread per (sample, level)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -368,7 +368,11 @@ class HashGridEncoding(Module):
             dy_row=dy_at[2], dy_col=dy_at[3], dx=dx_at[0], dx_off=dx_at[1], dx_row=dx_at[2], dx_col=dx_at[3],
             table=table[0], table_off=table[1], table_grad=grad[0], grad_off=grad[1],
             fixed=self._fixed if self._fixed is not None else dummy_buffer(), n=n, need_dx=int(need_dx), coarse=coarse,
-            max_at=max_at, shift_base=shift_base).dispatch(n, encoder)
+            max_at=max_at, shift_base=shift_base)
+        # with dL/dx one thread per sample (it sums over the levels), else one per (sample, level from `coarse`)
+        threads = n if need_dx else (n, self.n_levels - coarse)
+        if need_dx or coarse < self.n_levels:
+            kernel.dispatch(threads, encoder)
 
     def _fixed_backward(self, n: int, x_at: tuple, dy_at: tuple, dx_at: tuple | None, table: tuple, grad: tuple,
                         encoder: spy.CommandEncoder) -> None:
