@@ -47,6 +47,12 @@ FIXED_PER_THREAD = 4   # floats per thread of pass 3 (FIXED_PER_THREAD in hashgr
 GRAD_MAX_PER_THREAD = 16   # and of pass 1 (GRAD_MAX_PER_THREAD there)
 
 
+def levels_per_thread(n_features: int) -> int:
+    """Levels one thread of hashgrid_forward_kernel (and of hashgrid_backward_kernel without dL/dx) takes: its
+    outputs fill one 32-byte sector of y's row (8 floats), at least one level (K in hashgrid.slang)."""
+    return max(1, 8 // n_features)
+
+
 class HashGridConfig(ComponentConfig):
     """Instant-NGP's multiresolution hash encoding (tiny-cuda-nn's keys), d-linear interpolation."""
 
@@ -326,7 +332,7 @@ class HashGridEncoding(Module):
         kernel = self._forward_kernel or self._bind_forward()
         kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
                            table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
-                           n=n).dispatch((n, self.n_levels), encoder)   # one thread per (sample, level)
+                           n=n).dispatch((n, -(-self.n_levels // levels_per_thread(self.n_features))), encoder)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -369,8 +375,9 @@ class HashGridEncoding(Module):
             table=table[0], table_off=table[1], table_grad=grad[0], grad_off=grad[1],
             fixed=self._fixed if self._fixed is not None else dummy_buffer(), n=n, need_dx=int(need_dx), coarse=coarse,
             max_at=max_at, shift_base=shift_base)
-        # with dL/dx one thread per sample (it sums over the levels), else one per (sample, level from `coarse`)
-        threads = n if need_dx else (n, self.n_levels - coarse)
+        # with dL/dx one thread per sample (it sums over the levels), else one per (sample, group of levels from
+        # `coarse`)
+        threads = n if need_dx else (n, -(-(self.n_levels - coarse) // levels_per_thread(self.n_features)))
         if need_dx or coarse < self.n_levels:
             kernel.dispatch(threads, encoder)
 
