@@ -45,11 +45,12 @@ SUM_FLOAT, SUM_FIXED, SUM_HALF = 0, 1, 2   # how the table gradient is summed (h
 GradientPrecision = Literal["float32", "float16"]
 FIXED_PER_THREAD = 4   # floats per thread of pass 3 (FIXED_PER_THREAD in hashgrid.slang)
 GRAD_MAX_PER_THREAD = 16   # and of pass 1 (GRAD_MAX_PER_THREAD there)
+FORWARD_THREADS = 512   # hashgrid_forward_kernel's threads per group (FORWARD_THREADS there)
 
 
 def levels_per_thread(n_features: int) -> int:
-    """Levels one thread of hashgrid_forward_kernel (and of hashgrid_backward_kernel without dL/dx) takes: its
-    outputs fill one 32-byte sector of y's row (8 floats), at least one level (K in hashgrid.slang)."""
+    """Levels one thread group of hashgrid_forward_kernel takes, and one thread of hashgrid_backward_kernel without
+    dL/dx: their outputs fill one 32-byte sector of y's row (8 floats), at least one level (K in hashgrid.slang)."""
     return max(1, 8 // n_features)
 
 
@@ -332,7 +333,10 @@ class HashGridEncoding(Module):
         kernel = self._forward_kernel or self._bind_forward()
         kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
                            table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
-                           n=n).dispatch((n, -(-self.n_levels // levels_per_thread(self.n_features))), encoder)
+                           n=n)
+        # groups of FORWARD_THREADS / K samples x K levels (hashgrid.slang), the level groups along y
+        k = levels_per_thread(self.n_features)
+        kernel.dispatch((-(-n // (FORWARD_THREADS // k)) * FORWARD_THREADS, -(-self.n_levels // k)), encoder)
         return y
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
