@@ -45,12 +45,12 @@ SUM_FLOAT, SUM_FIXED, SUM_HALF = 0, 1, 2   # how the table gradient is summed (h
 GradientPrecision = Literal["float32", "float16"]
 FIXED_PER_THREAD = 4   # floats per thread of pass 3 (FIXED_PER_THREAD in hashgrid.slang)
 GRAD_MAX_PER_THREAD = 16   # and of pass 1 (GRAD_MAX_PER_THREAD there)
-FORWARD_THREADS = 512   # hashgrid_forward_kernel's threads per group (FORWARD_THREADS there)
+FORWARD_THREADS = 512   # threads per group of hashgrid_forward_kernel and hashgrid_backward_kernel (hashgrid.slang)
 
 
 def levels_per_thread(n_features: int) -> int:
-    """Levels one thread group of hashgrid_forward_kernel takes, and one thread of hashgrid_backward_kernel without
-    dL/dx: their outputs fill one 32-byte sector of y's row (8 floats), at least one level (K in hashgrid.slang)."""
+    """Levels one thread group of hashgrid_forward_kernel takes, and of hashgrid_backward_kernel without dL/dx: their
+    outputs fill one 32-byte sector of y's row (8 floats), at least one level (K in hashgrid.slang)."""
     return max(1, 8 // n_features)
 
 
@@ -379,9 +379,11 @@ class HashGridEncoding(Module):
             table=table[0], table_off=table[1], table_grad=grad[0], grad_off=grad[1],
             fixed=self._fixed if self._fixed is not None else dummy_buffer(), n=n, need_dx=int(need_dx), coarse=coarse,
             max_at=max_at, shift_base=shift_base)
-        # with dL/dx one thread per sample (it sums over the levels), else one per (sample, group of levels from
-        # `coarse`)
-        threads = n if need_dx else (n, -(-(self.n_levels - coarse) // levels_per_thread(self.n_features)))
+        # with dL/dx one thread per sample (it sums over the levels), else the forward's groups of samples x levels
+        # (levels from `coarse`)
+        k = levels_per_thread(self.n_features)
+        threads = n if need_dx else (-(-n // (FORWARD_THREADS // k)) * FORWARD_THREADS,
+                                     -(-(self.n_levels - coarse) // k))
         if need_dx or coarse < self.n_levels:
             kernel.dispatch(threads, encoder)
 
