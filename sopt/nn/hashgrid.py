@@ -35,7 +35,7 @@ COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 1
                         # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
 MAX_BYTE_ELEMENTS = 2**30   # the kernels address float buffers by 32-bit byte offsets: element indices below 2^30
 _FORWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_forward_kernel")     # specialised on (in_dims, levels, features)
-_BACKWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_backward_kernel")
+_BACKWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_backward_kernel")   # and on the sum mode
 _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
 _GRAD_MAX_KERNEL = Kernel("nn/hashgrid", "hashgrid_grad_max_kernel")           # deterministic mode, pass 1
@@ -292,14 +292,15 @@ class HashGridEncoding(Module):
         return self._forward_kernel
 
     def _bind_backward(self) -> Any:
-        """hashgrid_backward_kernel<in_dims, n_levels, n_features> with its HashGridBackwardArgs bound (this mode
-        fixed; the per-call members set at each backward)."""
+        """hashgrid_backward_kernel<in_dims, n_levels, n_features, sum mode> with its HashGridBackwardArgs bound (the
+        per-call members set at each backward)."""
         buffer = dummy_buffer()
-        self._backward_kernel = _BACKWARD_KERNEL.specialise(self.in_dims, self.n_levels, self.n_features).bind(
+        self._backward_kernel = _BACKWARD_KERNEL.specialise(self.in_dims, self.n_levels, self.n_features,
+                                                            self._sum_mode).bind(
             call={"levels": self._levels, "x": buffer, "dx": buffer, "dy": buffer, "table": buffer,
                   "table_grad": buffer, "fixed": buffer, "x_off": 0, "x_row": 0, "x_col": 0, "dx_off": 0,
                   "dx_row": 0, "dx_col": 0, "dy_off": 0, "dy_row": 0, "dy_col": 0, "table_off": 0, "grad_off": 0,
-                  "n": 0, "need_dx": 0, "mode": self._sum_mode, "coarse": 0, "max_at": 0, "shift_base": 0})
+                  "n": 0, "need_dx": 0, "coarse": 0, "max_at": 0, "shift_base": 0})
         return self._backward_kernel
 
     def _bind_fixed_kernels(self, fixed: spy.Buffer) -> tuple[Any, Any]:
