@@ -34,7 +34,7 @@ COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 1
 COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 164 in all: under Vulkan's 256 bytes
                         # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
 MAX_BYTE_ELEMENTS = 2**30   # the kernels address float buffers by 32-bit byte offsets: element indices below 2^30
-_FORWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_forward_kernel")     # specialised on (in_dims, levels, features)
+_FORWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_forward_kernel")   # specialised on (in_dims, levels, features, pairs)
 _BACKWARD_KERNEL = Kernel("nn/hashgrid", "hashgrid_backward_kernel")   # and on the sum mode
 _COARSE_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_backprop_kernel")
 _COARSE_FIXED_KERNEL = Kernel("nn/hashgrid", "hashgrid_coarse_fixed_backprop_kernel")   # deterministic mode's
@@ -243,7 +243,7 @@ class HashGridEncoding(Module):
         # the kernels' other arguments, not 20 bytes per level too)
         self._levels = get_device().create_buffer(
             usage=spy.BufferUsage.shader_resource, data=level_words(self.levels))
-        self._forward_kernel: Any = None    # hashgrid_forward_kernel bound, made on first use
+        self._forward_kernels: dict[bool, Any] = {}   # hashgrid_forward_kernel bound, by pair loads, on first use
         self._backward_kernel: Any = None   # hashgrid_backward_kernel bound, made on first use
         self._buffers = BatchBuffers()
         self._fixed: spy.Buffer | None = None     # fixed-point or float16 sums, made on first backward
@@ -282,14 +282,16 @@ class HashGridEncoding(Module):
                              "their buffer; the hash grid kernels address below 2^30 floats (4 GiB)")
         return tensor.storage, offset
 
-    def _bind_forward(self) -> Any:
-        """hashgrid_forward_kernel<in_dims, n_levels, n_features> with its HashGridForwardArgs bound (the per-call
-        members set at each forward)."""
+    def _bind_forward(self, pairs: bool) -> Any:
+        """hashgrid_forward_kernel<in_dims, n_levels, n_features, pairs> with its HashGridForwardArgs bound (the
+        per-call members set at each forward); ``pairs``: the table's rows are read by feature pairs (n_features
+        and the table's offset even)."""
         buffer = dummy_buffer()
-        self._forward_kernel = _FORWARD_KERNEL.specialise(self.in_dims, self.n_levels, self.n_features).bind(
+        kernel = self._forward_kernels[pairs] = _FORWARD_KERNEL.specialise(
+            self.in_dims, self.n_levels, self.n_features, int(pairs)).bind(
             call={"levels": self._levels, "x": buffer, "table": buffer, "y": buffer, "x_off": 0, "x_row": 0,
                   "x_col": 0, "table_off": 0, "y_off": 0, "y_row": 0, "y_col": 0, "n": 0})
-        return self._forward_kernel
+        return kernel
 
     def _bind_backward(self) -> Any:
         """hashgrid_backward_kernel<in_dims, n_levels, n_features, sum mode> with its HashGridBackwardArgs bound (the
@@ -331,7 +333,8 @@ class HashGridEncoding(Module):
         table, table_off = self._table_placement(self.table.values, "values")
         y = self._buffers.get("y", n, self.out_features, grads=True)
         y_at = _placement(y, "HashGridEncoding", "y")
-        kernel = self._forward_kernel or self._bind_forward()
+        pairs = self.n_features % 2 == 0 and table_off % 2 == 0
+        kernel = self._forward_kernels.get(pairs) or self._bind_forward(pairs)
         kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
                            table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
                            n=n)
