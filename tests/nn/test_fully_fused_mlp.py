@@ -162,12 +162,12 @@ def test_compiles_without_uninitialised_variable_warnings(tmp_path):
     assert "E41035" not in printed and "uninitialized" not in printed, printed
 
 
-def _train_deterministic_fused(steps: int = 3):
-    """(first step's gradient, x, dy, the module) after ``steps`` Adam steps on a batch of 11 groups."""
+def _train_deterministic_fused(steps: int = 3, n: int = 700):
+    """(first step's gradient, x, dy, the module) after ``steps`` Adam steps on a batch of n samples (700: 11
+    groups of 64)."""
     m = FullyFusedMLP(2, 3, 8, 2, activation="tanh", encoding={"otype": "Frequency", "n_frequencies": 2}, seed=4,
                       deterministic=True)
     rng = np.random.default_rng(5)
-    n = 700
     x = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
     target = rng.uniform(0, 1, (n, 3)).astype(np.float32)
     xt = spy.Tensor.from_numpy(sopt.get_device(), x)
@@ -184,19 +184,20 @@ def _train_deterministic_fused(steps: int = 3):
     return first, m
 
 
-@pytest.mark.parametrize("max_groups", [512, 3])
-def test_deterministic_mode_is_bit_identical_and_correct(max_groups, monkeypatch):
-    """max_groups = 3: each group walks several tiles; the output layer is folded in (3 outputs, 2 layers)."""
+@pytest.mark.parametrize("max_groups, n", [(512, 700), (3, 700), (512, 2600)])
+def test_deterministic_mode_is_bit_identical_and_correct(max_groups, n, monkeypatch):
+    """max_groups = 3: each group walks several tiles; the output layer is folded in (3 outputs, 2 layers).
+    n = 2600: 41 groups, so that the reduction of the partials takes its batches of 32 groups and a tail."""
     monkeypatch.setattr(sopt.nn.fully_fused_mlp, "_MAX_BACKWARD_GROUPS", max_groups)
-    (g, x, dy, p0), m = _train_deterministic_fused()
+    (g, x, dy, p0), m = _train_deterministic_fused(n=n)
     m.params.load(p0)   # the reference at the first step's parameters
     _, grads_ref, _ = reference(m, x, dy)
     for j, ((gw, gb), (rw, rb)) in enumerate(zip(m.layer_slices(g), grads_ref)):
         assert rel(gw, rw) < 1e-5, f"layer {j} weight gradient"
         assert rel(gb, rb) < 1e-5, f"layer {j} bias gradient"
-    (g2, _, _, _), m2 = _train_deterministic_fused()
+    (g2, _, _, _), m2 = _train_deterministic_fused(n=n)
     assert np.array_equal(g.view(np.uint32), g2.view(np.uint32))
-    (_, _, _, _), m3 = _train_deterministic_fused()
+    (_, _, _, _), m3 = _train_deterministic_fused(n=n)
     final, final2 = m3.params.numpy(), m2.params.numpy()
     assert np.array_equal(final.view(np.uint32), final2.view(np.uint32))
     assert not np.array_equal(final, p0)
