@@ -437,10 +437,8 @@ class HashGridEncoding(Module):
         coarse = self.coarse_levels
         bound = self._coarse_kernel
         if bound is None:   # specialised on the level count: its arrays hold only these levels (push constant room)
-            levels = {"scale": [lv.scale for lv in self.levels[:coarse]],
-                      "resolution": [lv.resolution for lv in self.levels[:coarse]],
-                      "offset": [lv.offset for lv in self.levels[:coarse]],
-                      "size": [lv.size for lv in self.levels[:coarse]]}
+            levels = {field: [getattr(lv, field) for lv in self.levels[:coarse]]
+                      for field in ("scale", "resolution", "offset", "size")}
             kernel = _COARSE_FIXED_KERNEL if self.deterministic else _COARSE_KERNEL
             bound = self._coarse_kernel = kernel.specialise(self.in_dims, coarse, self.n_features).bind(
                 call={"x": dummy_buffer(), "dy": dummy_buffer(), "table_grad": dummy_buffer(), "x_off": 0,
