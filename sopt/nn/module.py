@@ -5,8 +5,9 @@ Data flows as SlangPy tensors on the GPU, batch first: ``x`` has shape ``(N, in_
 
 Contract:
 - ``forward(x, encoder=None) -> y``: records (or, without an encoder, submits) the dispatches computing
-  ``y`` of shape ``(N, out_features)``. ``y`` carries a gradient buffer (``y.grad``) of its shape. The module
-  may reuse ``y``'s storage between calls with the same N (no allocation per step).
+  ``y`` of shape ``(N, out_features)``. ``y`` carries a gradient buffer (``y.grad``) of its shape and strides. The
+  module may reuse ``y``'s storage between calls with the same N (no allocation per step). ``y`` is row-major
+  unless the module has an ``output_layout`` set to "column_major" (see ``preferred_input_layout``).
 - ``backward(x, y, encoder=None)``: given ``dL/dy`` in ``y.grad``, accumulates ``dL/dparam`` into every
   Parameter's gradient and, when ``x`` carries a gradient buffer, writes ``dL/dx`` into ``x.grad``
   (overwriting it, so no clearing dispatch is needed). ``x`` and ``y`` are those of the same ``forward``
@@ -59,6 +60,11 @@ class Module:
     in_features: int | None
     out_features: int | None
     training: bool = True   # torch's flag: modules that save activations for backward only do so while training
+    # The layout of the (N, in_features) input this module reads best: "row_major" (each sample's features
+    # contiguous) or "column_major" (each feature's N values contiguous: sopt.nn.batch.column_major). Sequential
+    # has the module before it write that layout where it can (an encoding's `output_layout`), as tiny-cuda-nn asks
+    # an encoding for its network's preferred input layout.
+    preferred_input_layout: str = "row_major"
 
     def train(self, mode: bool = True) -> "Module":
         """Training mode (``mode``) or evaluation mode; returns the module, as torch's ``train`` does."""

@@ -48,10 +48,19 @@ class Sequential(Module):
             if m.out_features is not None:
                 width = m.out_features
         self.modules: tuple[Module, ...] = tuple(modules)
+        # an encoding writes its output in the layout the module after it reads best (tiny-cuda-nn's
+        # NetworkWithInputEncoding does the same)
+        for m, after in zip(modules, modules[1:]):
+            if hasattr(m, "output_layout"):
+                m.output_layout = after.preferred_input_layout
         self.in_features = next((m.in_features for m in modules if m.in_features is not None), None)
         self.out_features = width
         self._has_params = [any(True for _ in m.named_parameters()) for m in modules]
         self._traces: OrderedDict[int, list[spy.Tensor]] = OrderedDict()
+
+    @property
+    def preferred_input_layout(self) -> str:   # type: ignore[override]
+        return self.modules[0].preferred_input_layout
 
     def __len__(self) -> int:
         return len(self.modules)

@@ -8,6 +8,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt.device import get_device
+from sopt.nn.batch import write_batch
 from sopt.nn.module import Module
 from sopt.parameter import Parameter
 from sopt.validation import as_float32_array
@@ -50,7 +51,7 @@ def vjp(module: Module, x: Any, dy: Any) -> tuple[np.ndarray, np.ndarray, dict[s
     try:
         for _, p in params:
             p.zero_grad()
-        y.grad.copy_from_numpy(dy32)
+        write_batch(y.grad, dy32)
         module.backward(xt, y)
         y_out = y.to_numpy().reshape(tuple(y.shape)).copy()
         dx = xt.grad.to_numpy().reshape(x32.shape).copy()

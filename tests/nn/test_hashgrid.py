@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sopt.nn import HashGridEncoding, gradcheck, vjp
+from sopt.nn import HashGridEncoding, IdentityEncoding, Sequential, gradcheck, vjp
+from sopt.nn.batch import column_stride, write_batch
 from sopt.nn.hashgrid import (COARSE_FLOATS, COARSE_MAX_LEVELS, COARSE_THREADS, coarse_kernel_pays, coarse_levels,
                                grid_levels, half_shift_base)
 from tests.nn.reference import away_from_cell_faces, hashgrid as ref_hashgrid
@@ -418,3 +419,72 @@ def test_strided_x_is_read_and_its_gradient_written(grids):
     np.testing.assert_allclose(xt.grad.to_numpy(), rdx, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(enc.table.grad_numpy(), rtable, rtol=1e-4, atol=1e-4)
     enc.table.zero_grad()
+
+
+class _ReadsColumns(IdentityEncoding):
+    """An identity that asks for a column-major input (TensorCoreMLP does, but runs on CUDA only)."""
+    preferred_input_layout = "column_major"
+
+
+@pytest.mark.parametrize("mode", ["float32", "float16", "deterministic"])
+@pytest.mark.parametrize("name", ["2d", "3d"])
+def test_column_major_output_and_gradient(grids, name, mode):
+    # an encoding before a module that reads columns (as TensorCoreMLP) writes y[n, j] at j N + n; the backward
+    # reads dL/dy so (one level per thread group), and the table gradient and dL/dx are the row-major ones
+    kw = {"deterministic": True} if mode == "deterministic" else {"gradient_precision": mode}
+    enc = HashGridEncoding(**CONFIGS[name], seed=1, **kw)
+    enc.table.load(grids[name].table.numpy())
+    seq = Sequential(enc, _ReadsColumns(enc.out_features))
+    assert enc.output_layout == "column_major" and seq.preferred_input_layout == "row_major"
+    rng = np.random.default_rng(17)
+    n = 3000   # several groups of the coarse kernel, which reads the columns too
+    x = rng.uniform(0, 1, size=(n, enc.in_dims)).astype(np.float32)
+    dy = rng.normal(size=(n, enc.out_features)).astype(np.float32)
+    ry, rdx, rtable = ref_hashgrid(x, enc.table.numpy(), enc.levels, dy.astype(np.float64))
+    y = enc(x)
+    ld = column_stride(n)   # columns 32 floats apart at least: not a power of two
+    assert ld > n and y.strides.as_tuple() == (1, ld) and y.grad.strides.as_tuple() == (1, ld)
+    np.testing.assert_allclose(y.to_numpy(), ry, rtol=1e-5, atol=1e-5)
+    if mode == "float16":
+        bound = _half_sum_error_bound(x, dy, enc) + 1e-12
+    else:
+        bound = 1e-4 + 1e-4 * np.abs(rtable)
+    for want_dx in (False, True):   # without dL/dx: one level per group; with it: one thread per sample
+        _, dx, grads = vjp(seq, x, dy) if want_dx else (None, None, None)
+        if not want_dx:
+            enc.table.zero_grad()
+            y = enc(x)
+            write_batch(y.grad, dy)
+            enc.backward(x, y)
+            grads = {"0.table": enc.table.grad_numpy()}
+            enc.table.zero_grad()
+        assert (np.abs(grads["0.table"] - rtable) <= bound).all()
+        if want_dx:
+            np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("off,rows,width,stride", [(0, 512, 32, 32), (5, 143, 7, 7), (3, 10, 7, 9), (2, 3001, 16, 16),
+                                                   (1, 1, 3, 3)])
+def test_grad_max_pass_reads_exactly_the_rows(off, rows, width, stride):
+    # pass 1's M = max |dL/dy| over rows x width floats from `off`, `stride` apart (gap-free rows read as one run of
+    # floats): the floats outside them (larger) must not count
+    import slangpy as spy
+
+    from sopt.device import get_device
+    from sopt.nn.hashgrid import GRAD_MAX_PER_THREAD
+
+    enc = HashGridEncoding(2, n_levels=2, log2_table_size=6, gradient_precision="float16")
+    fixed = enc._fixed_buffer()
+    max_kernel, _ = enc._bind_fixed_kernels(fixed)
+    rng = np.random.default_rng(off + rows)
+    data = np.full(off + rows * stride + 8, 1e6, np.float32)   # outside the rows: larger than anything inside
+    inside = rng.uniform(-2.0, 2.0, (rows, width)).astype(np.float32)
+    inside.flat[rng.integers(inside.size)] = -7.5   # the largest magnitude, negative
+    for r in range(rows):
+        data[off + r * stride: off + r * stride + width] = inside[r]
+    values = spy.Tensor.from_numpy(get_device(), data)
+    fixed.copy_from_numpy(np.zeros(fixed.size, np.uint8))
+    max_kernel.set_members("call", values=values.storage, off=off, stride=stride, width=width, count=rows * width,
+                           max_at=4).dispatch(-(-rows * width // GRAD_MAX_PER_THREAD), None)
+    words = fixed.to_numpy().view(np.uint32)
+    assert words[1].view(np.float32) == 7.5 and words[0] == 0

@@ -159,3 +159,61 @@ def test_fused_frequency_encoding_matches_fully_fused_mlp_on_cuda(dims, n_freqs)
             zero=True)
         y = tc.forward(xg)
         tc.backward(xg, y)
+
+
+@pytest.mark.skipif("dev.device_kind() != 'cuda'")
+@pytest.mark.parametrize("encoding", [None, {"otype": "Frequency", "n_frequencies": 4}])
+def test_column_major_input_gives_the_row_major_results_on_cuda(encoding):
+    # x[n, k] at k N + n (as a HashGridEncoding before it in a Sequential writes it): the same half inputs, so the
+    # same bits of y, dL/dx (written column-major into x's gradient) and the weight gradients
+    from sopt.nn.batch import column_major
+
+    in_f, n = 8, 700   # 64 inputs with the encoding (TensorCoreMLP takes <= 80)
+    tc = TensorCoreMLP(in_f, 5, hidden_features=64, hidden_layers=2, seed=3, encoding=encoding)
+    rng = np.random.default_rng(9)
+    x_np = rng.uniform(0, 1, (n, in_f)).astype(np.float32)
+    dy = (rng.standard_normal((n, 5)) / n).astype(np.float32)
+    rows = spy.Tensor.from_numpy(dev.get_device(), x_np)
+    cols = column_major(spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(x_np.T)))
+    if encoding is None:
+        rows, cols = rows.with_grads(zero=True), column_major(
+            spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(x_np.T)).with_grads(zero=True))
+    assert cols.strides.as_tuple() == (1, n)
+    np.testing.assert_array_equal(cols.to_numpy(), x_np)
+    out = []
+    for x in (rows, cols):
+        tc.params.zero_grad()
+        y = tc.forward(x)
+        y.grad.copy_from_numpy(dy)
+        tc.backward(x, y)
+        out.append((y.to_numpy().copy(), None if encoding else x.grad.to_numpy().copy(), tc.params.grad_numpy().copy()))
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][2], out[1][2])
+    if encoding is None:
+        np.testing.assert_array_equal(out[0][1], out[1][1])
+        assert np.abs(out[0][1]).max() > 0
+
+
+@pytest.mark.skipif("dev.device_kind() != 'cuda'")
+def test_hash_grid_before_it_may_write_columns_on_cuda():
+    # Sequential(HashGridEncoding, TensorCoreMLP) with the encoding writing column-major: the step's outputs and
+    # gradients are the row-major step's (float32 table sums: to float32 summation order)
+    from sopt.nn import HashGridEncoding, Sequential
+
+    enc = HashGridEncoding(3, n_levels=8, log2_table_size=12, base_resolution=4, seed=1)
+    enc.table.load(np.random.default_rng(1).normal(size=enc.table.shape) * 0.1)
+    tc = TensorCoreMLP(enc.out_features, 3, hidden_features=64, hidden_layers=2, seed=4)
+    seq = Sequential(enc, tc)
+    assert enc.output_layout == tc.preferred_input_layout == "row_major"
+    enc.output_layout = "column_major"
+    rng = np.random.default_rng(2)
+    n = 5000
+    x = rng.uniform(0, 1, (n, 3)).astype(np.float32)
+    dy = (rng.standard_normal((n, 3)) / n).astype(np.float32)
+    y_c, dx_c, g_c = vjp(seq, x, dy)
+    enc.output_layout = "row_major"
+    y_r, dx_r, g_r = vjp(seq, x, dy)
+    np.testing.assert_array_equal(y_c, y_r)
+    np.testing.assert_allclose(dx_c, dx_r, rtol=1e-5, atol=1e-6 * np.abs(dx_r).max())
+    for key in g_r:
+        np.testing.assert_allclose(g_c[key], g_r[key], rtol=1e-4, atol=1e-5 * np.abs(g_r[key]).max())
