@@ -348,13 +348,13 @@ class HashGridEncoding(Module):
         kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
                            table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
                            n=n)
-        kernel.dispatch(self._level_groups(n, self.n_levels, columns), encoder)
+        kernel.dispatch(self._level_groups(n, self.n_levels), encoder)
         return y
 
-    def _level_groups(self, n: int, levels: int, columns: bool) -> tuple[int, int]:
-        """The (x, y) threads of a dispatch in groups of FORWARD_THREADS / K samples x K levels (hashgrid.slang;
-        K = 1 for a column-major y or dL/dy), for n samples and ``levels`` levels, the level groups along y."""
-        k = 1 if columns else levels_per_thread(self.n_features)
+    def _level_groups(self, n: int, levels: int) -> tuple[int, int]:
+        """The (x, y) threads of a dispatch in groups of FORWARD_THREADS / K samples x K levels (hashgrid.slang),
+        for n samples and ``levels`` levels, the level groups along y."""
+        k = levels_per_thread(self.n_features)
         return -(-n // (FORWARD_THREADS // k)) * FORWARD_THREADS, -(-levels // k)
 
     def backward(self, x: Any, y: spy.Tensor, encoder: spy.CommandEncoder | None = None) -> None:
@@ -404,7 +404,7 @@ class HashGridEncoding(Module):
         if need_dx:
             kernel.dispatch(n, encoder)
         elif coarse < self.n_levels:
-            kernel.dispatch(self._level_groups(n, self.n_levels - coarse, columns), encoder)
+            kernel.dispatch(self._level_groups(n, self.n_levels - coarse), encoder)
 
     def _fixed_backward(self, n: int, x_at: tuple, dy_at: tuple, dx_at: tuple | None, table: tuple, grad: tuple,
                         encoder: spy.CommandEncoder) -> None:

@@ -87,6 +87,13 @@ def _tensor_key(t: spy.Tensor) -> tuple:
     return (t.storage.device_address, t.offset, t.shape.as_tuple())
 
 
+def _dx_layout(dx: spy.Tensor) -> int:
+    """The deltas kernel's WANT_DX for writing into ``dx``: 1 contiguous rows, 3 column-major, 2 other strides."""
+    if dx.is_contiguous():
+        return 1
+    return 3 if dx.strides.as_tuple()[0] == 1 else 2
+
+
 def tile_groups(n: int, per_sm: int, unknown: int | None = None) -> int:
     """Groups of a kernel whose groups walk the tiles of TS samples of a batch of n (g, g + groups, ...): one per
     tile, at most ``per_sm`` per multiprocessor where CUDA says how many there are, else at most ``unknown`` (None:
@@ -209,8 +216,8 @@ class TensorCoreMLP(Module):
         acts = (_SLANG_ACT[self.activation], _SLANG_ACT[self.output_activation])
         self._pack = _PACK.specialise(*sizes)
         self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
-        # dL/dx: none (0), into contiguous rows (1), at any strides (2)
-        self._deltas = {dx: _DELTAS.specialise(*sizes, *acts, dx) for dx in (0, 1, 2)}
+        # dL/dx: none (0), into contiguous rows (1), at any strides (2), column-major (3)
+        self._deltas = {dx: _DELTAS.specialise(*sizes, *acts, dx) for dx in (0, 1, 2, 3)}
         self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]
         device = dev.get_device()
         self._packed = spy.Tensor.zeros(device, (sum(o * k for o, k in self._shapes) // 2,), "float")  # half pairs
@@ -309,7 +316,7 @@ class TensorCoreMLP(Module):
         dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
         x_row, x_col = x.strides.as_tuple()
         dx_row, dx_col = dx.strides.as_tuple() if want_dx else (0, 0)
-        self._kernel(self._deltas[2 if want_dx and not dx.is_contiguous() else want_dx], n).set_members(
+        self._kernel(self._deltas[_dx_layout(dx) if want_dx else 0], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, x_row=x_row, x_col=x_col, tc_y=y.storage, y_off=y.offset,
             tc_dy=y.grad.storage, dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset, dx_row=dx_row,
             dx_col=dx_col).dispatch(tile_groups(n, TILE_GROUPS_PER_SM) * NT, encoder)

@@ -162,23 +162,27 @@ def test_fused_frequency_encoding_matches_fully_fused_mlp_on_cuda(dims, n_freqs)
 
 
 @pytest.mark.skipif("dev.device_kind() != 'cuda'")
-@pytest.mark.parametrize("encoding", [None, {"otype": "Frequency", "n_frequencies": 4}])
-def test_column_major_input_gives_the_row_major_results_on_cuda(encoding):
-    # x[n, k] at k N + n (as a HashGridEncoding before it in a Sequential writes it): the same half inputs, so the
-    # same bits of y, dL/dx (written column-major into x's gradient) and the weight gradients
+@pytest.mark.parametrize("encoding,n,ld", [(None, 700, 700), (None, 701, 736), (None, 701, 703),
+                                           ({"otype": "Frequency", "n_frequencies": 4}, 700, 700)])
+def test_column_major_input_gives_the_row_major_results_on_cuda(encoding, n, ld):
+    # x[n, k] at k ld + n (as a HashGridEncoding before it writes it with output_layout "column_major"): the same
+    # half inputs, so the same bits of y, dL/dx (written column-major into x's gradient) and the weight gradients.
+    # ld a multiple of 4: x staged by float4 columns (n = 701: the last group of 4 rows partial); 703: scalar loads
     from sopt.nn.batch import column_major
 
-    in_f, n = 8, 700   # 64 inputs with the encoding (TensorCoreMLP takes <= 80)
+    in_f = 8   # 64 inputs with the encoding (TensorCoreMLP takes <= 80)
     tc = TensorCoreMLP(in_f, 5, hidden_features=64, hidden_layers=2, seed=3, encoding=encoding)
     rng = np.random.default_rng(9)
     x_np = rng.uniform(0, 1, (n, in_f)).astype(np.float32)
     dy = (rng.standard_normal((n, 5)) / n).astype(np.float32)
+    padded = np.zeros((in_f, ld), np.float32)
+    padded[:, :n] = x_np.T
     rows = spy.Tensor.from_numpy(dev.get_device(), x_np)
-    cols = column_major(spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(x_np.T)))
+    cols = column_major(spy.Tensor.from_numpy(dev.get_device(), padded), n)
     if encoding is None:
-        rows, cols = rows.with_grads(zero=True), column_major(
-            spy.Tensor.from_numpy(dev.get_device(), np.ascontiguousarray(x_np.T)).with_grads(zero=True))
-    assert cols.strides.as_tuple() == (1, n)
+        rows = rows.with_grads(zero=True)
+        cols = column_major(spy.Tensor.from_numpy(dev.get_device(), padded).with_grads(zero=True), n)
+    assert cols.strides.as_tuple() == (1, ld)
     np.testing.assert_array_equal(cols.to_numpy(), x_np)
     out = []
     for x in (rows, cols):
