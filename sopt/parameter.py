@@ -50,6 +50,7 @@ class Parameter:
         self._grads = spy.Tensor.zeros(device, self._shape, self._sides[0].dtype)
         self._diffs: list[spy.Tensor | None] = [None]
         self.owner: Any = None  # the ParameterArena holding this parameter, if any
+        self._pending: Any = None   # gradient terms left pending (sopt.optim.grad_source.PendingGradient)
         self._version = 0       # bumped by load(); an optimiser's steps count on its arena (see version)
 
     # -- shape -----------------------------------------------------------------------------------------
@@ -86,8 +87,60 @@ class Parameter:
 
     @property
     def grad(self) -> spy.Tensor:
-        """The gradient tensor, same shape as the values."""
+        """The gradient tensor, same shape as the values. Gradient terms a module left pending (see
+        sopt.optim.grad_source) are added into it first (a pass submitted now: the backward that left them must
+        have been submitted; record into your own encoder with :meth:`flush_grad` instead)."""
+        if self._pending is not None:
+            self.flush_grad()
         return self._grads
+
+    @property
+    def grad_for_adding(self) -> spy.Tensor:
+        """The gradient tensor without flushing pending terms: for kernels that only add into it (a backward),
+        which commutes with the pending terms."""
+        return self._grads
+
+    # -- pending gradient terms (sopt.optim.grad_source) -------------------------------------------------
+    @property
+    def pending_grad(self) -> Any:
+        """The gradient terms left pending (a sopt.optim.grad_source.PendingGradient), or None."""
+        return self._pending
+
+    @property
+    def accepts_pending(self) -> bool:
+        """Whether a module may leave gradient terms pending: the owning optimiser can fold them."""
+        return self.owner is not None and self.owner.accepts_pending
+
+    def leave_pending(self, source: Any) -> None:
+        """Leave ``source`` pending, to be folded into the optimiser's update or flushed before the gradient is
+        read. The caller flushed any earlier source first (``flush_grad`` into the same encoder)."""
+        if self._pending is not None:
+            raise RuntimeError(f"Parameter {self.name!r} already has pending gradient terms: flush_grad first")
+        if not self.accepts_pending:
+            raise RuntimeError(f"Parameter {self.name!r}: its optimiser cannot fold pending gradient terms")
+        self._pending = source
+        self.owner.pending.append(self)
+
+    def take_pending(self) -> Any:
+        """Remove and return the pending terms (None when there are none): the caller consumes them."""
+        source = self._pending
+        if source is not None:
+            self._pending = None
+            self.owner.pending.remove(self)
+        return source
+
+    def flush_grad(self, encoder: spy.CommandEncoder | None = None) -> None:
+        """Add pending gradient terms into the gradient (and clear them): recorded into ``encoder``, or submitted
+        now without one. Nothing when there are none."""
+        source = self.take_pending()
+        if source is None:
+            return
+        own = encoder is None
+        if own:
+            encoder = get_device().create_command_encoder()
+        source.flush(encoder)
+        if own:
+            get_device().submit_command_buffer(encoder.finish())
 
     def _rebind(self, sides: list[spy.Tensor], grads: spy.Tensor, owner: Any) -> None:
         """Point this parameter at an arena's storage: its values on each side, its gradient."""
@@ -106,7 +159,7 @@ class Parameter:
 
     def grad_numpy(self) -> np.ndarray:
         """A host copy of the gradient (waits for the GPU)."""
-        return self._grads.to_numpy().reshape(self._shape).copy()
+        return self.grad.to_numpy().reshape(self._shape).copy()
 
     def load(self, array: Any) -> None:
         """Overwrite the values with ``array`` (same shape, finite, within float32's range)."""
@@ -119,11 +172,25 @@ class Parameter:
         NaN/Inf are allowed, and finite values beyond float32's range become +-Inf as float32 stores them:
         either way a step with ``skip_nonfinite`` skips them (see Optimizer).
         """
-        self._grads.copy_from_numpy(as_float32_array(array, f"{self.name} grad", self._shape, allow_nonfinite=True))
+        self._overwrite_grad(as_float32_array(array, f"{self.name} grad", self._shape, allow_nonfinite=True))
 
     def zero_grad(self) -> None:
-        """Set the gradient to zero (an upload: Tensor.clear() on a view would clear its whole buffer)."""
-        self._grads.copy_from_numpy(np.zeros(self._shape, np.float32))
+        """Set the gradient to zero (an upload: Tensor.clear() on a view would clear its whole buffer); pending
+        gradient terms are discarded."""
+        self._overwrite_grad(np.zeros(self._shape, np.float32))
+
+    def _overwrite_grad(self, array: np.ndarray) -> None:
+        """Upload ``array`` over the gradient; pending terms are flushed (which clears them) before, in the same
+        command buffer, so that they are discarded."""
+        if self._pending is None:
+            self._grads.copy_from_numpy(array)
+            return
+        device = get_device()
+        encoder = device.create_command_encoder()
+        self.flush_grad(encoder)
+        encoder.upload_buffer_data(self._grads.storage, 4 * int(self._grads.offset),
+                                   np.ascontiguousarray(array, np.float32).reshape(-1))
+        device.submit_command_buffer(encoder.finish())
 
 
 def parameters_of(obj: Any) -> list[Parameter]:

@@ -17,6 +17,7 @@ from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
+from sopt.optim.grad_source import HalfSums
 from sopt.parameter import Parameter
 from sopt.validation import check_bool, check_float, check_int
 
@@ -370,11 +371,14 @@ class HashGridEncoding(Module):
                              f"{tuple(dy.strides)}")
         dx_at = _placement(x.grad, "HashGridEncoding.backward", "dL/dx") if want_dx else None
         table = self._table_placement(self.table.values, "values")
-        grad = self._table_placement(self.table.grad, "gradient")
         # every pass in one command buffer, whoever submits it
         own = encoder is None
         if own:
             encoder = get_device().create_command_encoder()
+        # float16 sums an earlier backward left pending (scaled by its own S) are converted first: before this
+        # call's pass 1, which uses the M slot their conversion clears. This call only adds into the gradient.
+        self.table.flush_grad(encoder)
+        grad = self._table_placement(self.table.grad_for_adding, "gradient")
         if self._sum_mode != SUM_FLOAT:
             self._fixed_backward(n, x_at, dy_at, dx_at, table, grad, encoder)
         else:
@@ -414,7 +418,7 @@ class HashGridEncoding(Module):
         dL/dtable (pass 3)."""
         fixed, max_at = self._fixed_buffer(), self._max_at
         self._max_at ^= 4
-        max_kernel, to_grad_kernel = self._fixed_kernels or self._bind_fixed_kernels(fixed)
+        max_kernel, _ = self._fixed_kernels or self._bind_fixed_kernels(fixed)
         width = self.out_features
         # dL/dy's rows, or, column-major, its columns read as rows of n
         rows = dy_at[3] == 1
@@ -431,6 +435,19 @@ class HashGridEncoding(Module):
             shift_base = half_shift_base(self.levels, coarse, n, self.in_dims)
             count = self._table_elements // 2   # half2 words
         self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder, max_at, shift_base)
+        if self._sum_mode == SUM_HALF and self.table.accepts_pending:
+            # pass 3 left to the optimiser's update, which folds the sums (or to whoever reads the gradient first,
+            # which flushes them: sopt.optim.grad_source)
+            self.table.leave_pending(HalfSums(fixed, max_at, shift_base, count,
+                                              lambda enc: self._to_grad(max_at, shift_base, count, enc)))
+        else:
+            self._to_grad(max_at, shift_base, count, encoder)
+
+    def _to_grad(self, max_at: int, shift_base: int, count: int, encoder: spy.CommandEncoder) -> None:
+        """Record pass 3 (hashgrid_fixed_to_grad_kernel or hashgrid_half_to_grad_kernel) of the backward call whose M
+        slot is ``max_at``, into the table's gradient where it is now."""
+        grad = self._table_placement(self.table.grad_for_adding, "gradient")
+        to_grad_kernel = self._fixed_kernels[1]
         to_grad_kernel.set_members("call", values=grad[0], off=grad[1], count=count, max_at=max_at,
                                    shift_base=shift_base).dispatch(-(-count // FIXED_PER_THREAD), encoder)
 

@@ -63,6 +63,7 @@ class Adam(Optimizer):
     hyperparameters = HYPERPARAMETERS
     update_kernel = Kernel("optim/adam", "adam_step")
     has_lazy_kernels = True
+    has_fold_kernels = True   # adam_step*_fold: HashGridEncoding's float16 sums converted in the update
     state_names = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
     decoupled_weight_decay = False
 

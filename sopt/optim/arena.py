@@ -51,6 +51,10 @@ class ParameterArena:
                 seen.add(id(p))
         self.params: list[Parameter] = [p for group in groups for p in group]
         self.version = 0   # optimiser steps recorded on this arena (Parameter.version adds it)
+        # whether modules may leave gradient terms pending on these Parameters (the optimiser folds them into its
+        # update: sopt.optim.grad_source), and the Parameters that have some now
+        self.accepts_pending = False
+        self.pending: list[Parameter] = []
         self.offsets: list[int] = []
         self.group_end_vec: list[int] = []
         cursor = 0

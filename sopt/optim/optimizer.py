@@ -125,6 +125,8 @@ class Optimizer(StateDict):
     update_kernel: ClassVar[Kernel]   # the update's entry point; "<entry>_unchecked" beside it checks nothing
     has_lazy_kernels: ClassVar[bool] = False   # "<entry>_lazy" and "<entry>_unchecked_lazy" exist, compiled with a
                                                # rule's `lazy` option (used when a group sets it: see step)
+    has_fold_kernels: ClassVar[bool] = False   # "<update entry>_fold" beside each update kernel reads its gradients
+                                               # through a pending source's fold (HalfSumsFold: sopt.optim.grad_source)
     kernels: ClassVar[dict[str, Kernel]]   # every kernel of the class by role, from update_kernel (see _kernel)
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
@@ -139,6 +141,9 @@ class Optimizer(StateDict):
             if cls.has_lazy_kernels:
                 cls.kernels.update({f"{role}_lazy": Kernel(update.source, f"{cls.kernels[role].entry}_lazy")
                                     for role in ("update", "update_unchecked")})
+            if cls.has_fold_kernels:
+                cls.kernels.update({f"{role}_fold": Kernel(update.source, f"{cls.kernels[role].entry}_fold")
+                                    for role in list(cls.kernels) if role.startswith("update")})
 
     def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         # torch's TypeErrors for a missing, repeated or unknown argument
@@ -168,6 +173,9 @@ class Optimizer(StateDict):
         self._slots: dict[str, int] = {}   # state name -> physical slot in the arena
         self._torch_link = _torch_link([p for g in self.param_groups for p in g["params"]])
         self.arena = ParameterArena([g["params"] for g in self.param_groups], double=self._pass in _DOUBLE_BUFFERED)
+        # modules may leave gradient terms pending when the update can fold them; not with sopt.torch's link (torch
+        # reads the arena's gradients itself)
+        self.arena.accepts_pending = self.has_fold_kernels and self._torch_link is None
         self._ensure_states()
         if self._torch_link is not None:
             self._torch_link.after_step()   # torch parameters now view (or hold) the arena's values
@@ -348,6 +356,7 @@ class Optimizer(StateDict):
         update = "update" if check != _PASS_NONE else "update_unchecked"
         if self.has_lazy_kernels and any(g.get("lazy") for g in self.param_groups):
             update += "_lazy"   # the rule's masking compiled in only where a group asks for it
+        fold = self._take_fold(check, encoder)
         key, words, fields = self._layout()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
@@ -367,7 +376,11 @@ class Optimizer(StateDict):
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
             self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
-        self._kernel(update, src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
+        if fold is None:
+            self._kernel(update, src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
+        else:
+            self._kernel(update + "_fold", src, dst).set(arena=buffer, attempts=self._attempts, fold=fold).dispatch(
+                arena.n_vec, encoder)
         if double:
             side_vectors = arena.side_offset(1)
             threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
@@ -380,6 +393,33 @@ class Optimizer(StateDict):
             link.after_step()   # torch parameters follow the values the step wrote
         if check != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
+
+    def _take_fold(self, check: int, encoder: spy.CommandEncoder) -> dict[str, Any] | None:
+        """The fold arguments of the one pending gradient source this step's update consumes (None: the plain
+        update); every other pending source is flushed into ``encoder`` first (sopt.optim.grad_source): all of them
+        when the update cannot fold (no fold kernels, or a pass before the update that reads the gradients)."""
+        pending = self.arena.pending
+        if not pending:
+            return None
+        can_fold = self.has_fold_kernels and check in (_PASS_NONE, _PASS_CHECK)
+        chosen = None
+        for p in list(pending):
+            first = self.arena.offsets[self.arena.params.index(p)]
+            if (can_fold and chosen is None and p.pending_grad.kind == "half_sums" and first % 4 == 0
+                    and 2 * p.pending_grad.n_words == p.size):
+                chosen = (p, first // 4)
+            else:
+                p.flush_grad(encoder)
+        if chosen is None:
+            return None
+        p, first_vec = chosen
+        return p.take_pending().fold_args(first_vec)
+
+    def flush_pending(self, encoder: spy.CommandEncoder | None = None) -> None:
+        """Add every pending gradient term into the arena's gradients (sopt.optim.grad_source): recorded into
+        ``encoder``, or submitted now."""
+        for p in list(self.arena.pending):
+            p.flush_grad(encoder)
 
     def _kernel(self, role: str, src_side: int = 0, dst_side: int = 0) -> dev.BoundKernel:
         """The kernel of ``role`` ("update", "update_unchecked", "stats", "scan", "restore" or "fill"), loaded and
@@ -402,8 +442,11 @@ class Optimizer(StateDict):
         if self._torch_link is not None and self._torch_link.zero_grad():
             return   # every gradient is cleared before it is next added to or read: no dispatch now
         n_vec = self.arena.n_vec
+        encoder = dev.get_device().create_command_encoder()
+        self.flush_pending(encoder)   # pending terms are discarded: flushed (which clears them), then filled over
         self._kernel("fill").set(arena=self.arena.buffer, fill_first=0, fill_count=n_vec,
-                                 fill_value=0.0).dispatch(n_vec)
+                                 fill_value=0.0).dispatch(n_vec, encoder)
+        dev.submit(encoder)
 
     def _restart_counts(self, step: int, skipped: int) -> None:
         """Continue from ``step`` applied and ``skipped`` skipped steps (load_state_dict): a fresh control buffer
