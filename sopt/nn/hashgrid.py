@@ -349,7 +349,9 @@ class HashGridEncoding(Module):
         kernel.set_members("call", x=x_at[0], x_off=x_at[1], x_row=x_at[2], x_col=x_at[3], table=table,
                            table_off=table_off, y=y_at[0], y_off=y_at[1], y_row=y_at[2], y_col=y_at[3],
                            n=n)
-        kernel.dispatch(self._level_groups(n, self.n_levels), encoder)
+        # column-major: one level per group (hashgrid.slang)
+        kernel.dispatch((-(-n // FORWARD_THREADS) * FORWARD_THREADS, self.n_levels) if columns
+                        else self._level_groups(n, self.n_levels), encoder)
         return y
 
     def _level_groups(self, n: int, levels: int) -> tuple[int, int]:

@@ -170,11 +170,11 @@ class TensorCoreMLP(Module):
             order (per-group partial sums, then tcmlp_reduce), so every run gives the same bits.
     """
 
-    # x may have any strides, but row-major reads best: fed a column-major hash-grid output (H100, 3D, 2^20 rows)
-    # the forward took 218 us against 187 and the deltas kernel 315 against 262 (scalar loads and stores at a
-    # stride of a column, where rows load as float4), more than the encoding's kernels saved (forward 776 -> 736,
-    # backward 1546 -> 1561 us); in 2D the step was 1-2% faster (forward 97 -> 76 us at 2^18)
-    preferred_input_layout = "row_major"
+    # x may have any strides; a hash grid before it writes column-major (see HashGridEncoding.output_layout), which
+    # its float4 column staging reads in as many loads as rows. H100, float16 sums, step GPU time row-major ->
+    # column-major: 2D 2^18 732 -> 714 us, 2^20 2166 -> 2118; 3D 2^18 1119 -> 1131, 2^20 3449 -> 3486 with the
+    # encoding's forward in groups of 4 levels (787 us), which now takes one level per group (736 us)
+    preferred_input_layout = "column_major"
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 2,
                  activation: Any = "relu", output_activation: Any = "none", seed: int = 0,

@@ -199,8 +199,8 @@ def test_column_major_input_gives_the_row_major_results_on_cuda(encoding, n, ld)
 
 
 @pytest.mark.skipif("dev.device_kind() != 'cuda'")
-def test_hash_grid_before_it_may_write_columns_on_cuda():
-    # Sequential(HashGridEncoding, TensorCoreMLP) with the encoding writing column-major: the step's outputs and
+def test_hash_grid_before_it_writes_columns_on_cuda():
+    # Sequential(HashGridEncoding, TensorCoreMLP): the encoding writes column-major; the step's outputs and
     # gradients are the row-major step's (float32 table sums: to float32 summation order)
     from sopt.nn import HashGridEncoding, Sequential
 
@@ -208,8 +208,7 @@ def test_hash_grid_before_it_may_write_columns_on_cuda():
     enc.table.load(np.random.default_rng(1).normal(size=enc.table.shape) * 0.1)
     tc = TensorCoreMLP(enc.out_features, 3, hidden_features=64, hidden_layers=2, seed=4)
     seq = Sequential(enc, tc)
-    assert enc.output_layout == tc.preferred_input_layout == "row_major"
-    enc.output_layout = "column_major"
+    assert enc.output_layout == tc.preferred_input_layout == "column_major"
     rng = np.random.default_rng(2)
     n = 5000
     x = rng.uniform(0, 1, (n, 3)).astype(np.float32)
