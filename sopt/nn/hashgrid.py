@@ -13,6 +13,7 @@ from pydantic import Field
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device, multiprocessor_count, submit
+from sopt.nn import grad_max
 from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
@@ -258,6 +259,7 @@ class HashGridEncoding(Module):
         self._buffers = BatchBuffers()
         self._fixed: spy.Buffer | None = None     # fixed-point or float16 sums, made on first backward
         self._max_at = 0                          # byte offset of the next backward's M slot
+        self._max_given: tuple | None = None      # (dL/dy's key, M slot) when the module after raised M (grad_max)
         # levels whose table gradient the coarse kernel sums per thread group (0: none); deterministic mode's kernel
         # holds int64 sums, two floats' worth of group-shared memory each
         self.coarse_levels = coarse_levels(self.levels, self.n_features * (2 if self.deterministic else 1))
@@ -352,6 +354,10 @@ class HashGridEncoding(Module):
         # column-major: one level per group (hashgrid.slang)
         kernel.dispatch((-(-n // FORWARD_THREADS) * FORWARD_THREADS, self.n_levels) if columns
                         else self._level_groups(n, self.n_levels), encoder)
+        self._max_given = None
+        if self._sum_mode != SUM_FLOAT:   # pass 1 reads all of dL/dy for M: its writer may raise M as it writes
+            dy_key = grad_max.key(y.grad)
+            grad_max.request(y.grad, lambda enc: self._provide_max(dy_key, enc))
         return y
 
     def _level_groups(self, n: int, levels: int) -> tuple[int, int]:
@@ -382,7 +388,7 @@ class HashGridEncoding(Module):
         self.table.flush_grad(encoder)
         grad = self._table_placement(self.table.grad_for_adding, "gradient")
         if self._sum_mode != SUM_FLOAT:
-            self._fixed_backward(n, x_at, dy_at, dx_at, table, grad, encoder)
+            self._fixed_backward(n, x_at, dy_at, dx_at, table, grad, encoder, grad_max.key(dy))
         else:
             coarse = self._coarse_backprop(n, x_at, dy_at, grad, encoder)
             self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder)
@@ -412,8 +418,16 @@ class HashGridEncoding(Module):
         elif coarse < self.n_levels:
             kernel.dispatch(self._level_groups(n, self.n_levels - coarse), encoder)
 
+    def _provide_max(self, dy_key: tuple[int, int], encoder: spy.CommandEncoder) -> tuple[spy.Buffer, int]:
+        """For the module about to write dL/dy (sopt.nn.grad_max.claim): the M slot of this encoding's next backward,
+        which then skips pass 1. Pending float16 sums of an earlier backward are converted first (into
+        ``encoder``): their conversion clears that slot."""
+        self.table.flush_grad(encoder)
+        self._max_given = (dy_key, self._max_at)
+        return self._fixed_buffer(), self._max_at
+
     def _fixed_backward(self, n: int, x_at: tuple, dy_at: tuple, dx_at: tuple | None, table: tuple, grad: tuple,
-                        encoder: spy.CommandEncoder) -> None:
+                        encoder: spy.CommandEncoder, dy_key: tuple[int, int] = (0, 0)) -> None:
         """The backward of deterministic mode or float16 sums, recorded into ``encoder`` (arguments as
         :meth:`_dispatch_backward`'s): M = max |dL/dy| (pass 1), the coarse levels' sums (fixed point; float16 sums
         leave them to the float32 coarse kernel) and hashgrid_backward_kernel's (pass 2), then their conversion into
@@ -422,11 +436,13 @@ class HashGridEncoding(Module):
         self._max_at ^= 4
         max_kernel, _ = self._fixed_kernels or self._bind_fixed_kernels(fixed)
         width = self.out_features
-        # dL/dy's rows, or, column-major, its columns read as rows of n
-        rows = dy_at[3] == 1
-        max_kernel.set_members("call", values=dy_at[0], off=dy_at[1], stride=dy_at[2] if rows else dy_at[3],
-                               width=width if rows else n, count=n * width, max_at=max_at).dispatch(
-            -(-n * width // GRAD_MAX_PER_THREAD), encoder)
+        given, self._max_given = self._max_given, None
+        if given != (dy_key, max_at):   # unless the module that wrote dL/dy raised M with it (grad_max)
+            # dL/dy's rows, or, column-major, its columns read as rows of n
+            rows = dy_at[3] == 1
+            max_kernel.set_members("call", values=dy_at[0], off=dy_at[1], stride=dy_at[2] if rows else dy_at[3],
+                                   width=width if rows else n, count=n * width, max_at=max_at).dispatch(
+                -(-n * width // GRAD_MAX_PER_THREAD), encoder)
         if self._sum_mode == SUM_FIXED:
             shift_base = 61 - n.bit_length()   # S = 61 - log2_n - e (hashgrid.slang)
             # the coarse levels' fixed-point sums per thread group (they need M, so after hashgrid_grad_max)

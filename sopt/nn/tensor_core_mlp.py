@@ -50,7 +50,7 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.kernel import Kernel, dummy_buffer
-from sopt.nn import flat_layers
+from sopt.nn import flat_layers, grad_max
 from sopt.nn.flat_layers import flat_layout
 from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import Activation, activation_key, activation_name, make_activation, slang_activation
@@ -74,8 +74,9 @@ _DELTAS = Kernel(_SOURCE, "tcmlp_backward_deltas_kernel")
 _WEIGHT_GRAD = Kernel(_SOURCE, "tcmlp_weight_grad_kernel")
 _REDUCE = Kernel(_SOURCE, "tcmlp_reduce_kernel")
 # the members of TcMlp (tensor_core_mlp.slang) set per dispatch: buffers (dummies until set) and offsets
-_CALL_BUFFERS = ("tc_params", "tc_x", "tc_y", "tc_dy", "tc_dx", "tc_grads")
-_CALL_OFFSETS = ("params_off", "grads_off", "x_off", "x_row", "x_col", "y_off", "dy_off", "dx_off", "dx_row", "dx_col")
+_CALL_BUFFERS = ("tc_params", "tc_x", "tc_y", "tc_dy", "tc_dx", "tc_grads", "tc_dx_max")
+_CALL_OFFSETS = ("params_off", "grads_off", "x_off", "x_row", "x_col", "y_off", "dy_off", "dx_off", "dx_row", "dx_col",
+                 "dx_max_at")
 # activation key -> the kernel's ITcAct struct (derivative from the output)
 _SLANG_ACT = {"none": "TcNone", "relu": "TcReLU", "leaky_relu": "TcLeakyReLU", "sigmoid": "TcSigmoid",
               "tanh": "TcTanh"}
@@ -216,8 +217,10 @@ class TensorCoreMLP(Module):
         acts = (_SLANG_ACT[self.activation], _SLANG_ACT[self.output_activation])
         self._pack = _PACK.specialise(*sizes)
         self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
-        # dL/dx: none (0), into contiguous rows (1), at any strides (2), column-major (3)
-        self._deltas = {dx: _DELTAS.specialise(*sizes, *acts, dx) for dx in (0, 1, 2, 3)}
+        # dL/dx: none (0), into contiguous rows (1), at any strides (2), column-major (3); and its max |dL/dx|
+        # for the module before (sopt.nn.grad_max)
+        self._deltas = {(dx, m): _DELTAS.specialise(*sizes, *acts, dx, m) for dx in (0, 1, 2, 3) for m in (0, 1)
+                        if dx or not m}
         self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]
         device = dev.get_device()
         self._packed = spy.Tensor.zeros(device, (sum(o * k for o, k in self._shapes) // 2,), "float")  # half pairs
@@ -316,10 +319,13 @@ class TensorCoreMLP(Module):
         dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
         x_row, x_col = x.strides.as_tuple()
         dx_row, dx_col = dx.strides.as_tuple() if want_dx else (0, 0)
-        self._kernel(self._deltas[_dx_layout(dx) if want_dx else 0], n).set_members(
+        dx_max = grad_max.claim(dx, encoder) if want_dx else None   # the module before may want max |dL/dx|
+        max_buffer, max_at = dx_max if dx_max is not None else (dx.storage, 0)
+        self._kernel(self._deltas[_dx_layout(dx) if want_dx else 0, int(dx_max is not None)], n).set_members(
             "call", tc_x=x.storage, x_off=x.offset, x_row=x_row, x_col=x_col, tc_y=y.storage, y_off=y.offset,
             tc_dy=y.grad.storage, dy_off=y.grad.offset, tc_dx=dx.storage, dx_off=dx.offset, dx_row=dx_row,
-            dx_col=dx_col).dispatch(tile_groups(n, TILE_GROUPS_PER_SM) * NT, encoder)
+            dx_col=dx_col, tc_dx_max=max_buffer, dx_max_at=max_at).dispatch(tile_groups(n, TILE_GROUPS_PER_SM) * NT,
+                                                                          encoder)
         groups = weight_grad_groups(n)
         for kernel in self._weight_grad:
             self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset, x_row=x_row,

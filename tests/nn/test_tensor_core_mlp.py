@@ -220,3 +220,37 @@ def test_hash_grid_before_it_writes_columns_on_cuda():
     np.testing.assert_allclose(dx_c, dx_r, rtol=1e-5, atol=1e-6 * np.abs(dx_r).max())
     for key in g_r:
         np.testing.assert_allclose(g_c[key], g_r[key], rtol=1e-4, atol=1e-5 * np.abs(g_r[key]).max())
+
+
+@pytest.mark.skipif("dev.device_kind() != 'cuda'")
+@pytest.mark.parametrize("mode", ["float16", "deterministic"])
+def test_deltas_kernel_raises_the_hash_grid_max_on_cuda(mode, monkeypatch):
+    # a hash grid summing in float16 or fixed point needs M = max |dL/dy|: TensorCoreMLP's deltas kernel, which
+    # writes dL/dy (its dL/dx), raises M as it writes it and the grid's pass 1 is skipped. M is the bits of the
+    # largest |dL/dy| either way, and the table gradient is the one with pass 1
+    from sopt import device as sdev
+    from sopt.nn import HashGridEncoding, Sequential, grad_max
+
+    kw = {"deterministic": True} if mode == "deterministic" else {"gradient_precision": "float16"}
+    rng = np.random.default_rng(4)
+    n = 3000
+    x = rng.uniform(0, 1, (n, 3)).astype(np.float32)
+    dy = (rng.standard_normal((n, 3)) / n).astype(np.float32)
+    out = []
+    for claims in (True, False):
+        if not claims:
+            monkeypatch.setattr(grad_max, "claim", lambda grad, encoder: None)
+        enc = HashGridEncoding(3, n_levels=8, log2_table_size=12, base_resolution=4, seed=1, **kw)
+        tc = TensorCoreMLP(enc.out_features, 3, hidden_features=64, hidden_layers=2, seed=4)
+        seq = Sequential(enc, tc)
+        y = seq.forward(x)
+        y.grad.copy_from_numpy(dy)
+        before = sdev.dispatch_count()
+        seq.backward(x, y)
+        dispatches = sdev.dispatch_count() - before
+        m_bits = enc._fixed.to_numpy().view(np.uint32)[(enc._max_at ^ 4) // 4]
+        dl_dy = seq._traces[n][1].grad.to_numpy()
+        assert m_bits == np.abs(dl_dy).max().view(np.uint32) and m_bits != 0
+        out.append((dispatches, enc.table.grad_numpy()))
+    assert out[0][0] == out[1][0] - 1   # no pass 1
+    np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-3, atol=1e-3 * np.abs(out[1][1]).max())
