@@ -194,6 +194,9 @@ class HashGridEncoding(Module):
     floor(log2 M) with q from :func:`half_shift_base`; the last pass adds ``sum * 2^-S`` to dL/dtable. Each
     term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
+    In both modes pass 1 is skipped when the module that writes dL/dy raises M as it writes it (TensorCoreMLP:
+    sopt.nn.grad_max), and the float16 sums of the last backward are left pending in the optimiser's arena, which
+    Adam's update converts as it reads the gradient (sopt.optim.grad_source), so pass 3 is skipped too.
 
     ``output_layout`` (attribute, tiny-cuda-nn's ``set_output_layout``): "row_major" (default) or "column_major",
     y[n, j] at ``j ld + n`` (sopt.nn.batch.column_major): one level per thread group, each warp storing 128
