@@ -51,6 +51,10 @@ class Parameter:
         self._diffs: list[spy.Tensor | None] = [None]
         self.owner: Any = None  # the ParameterArena holding this parameter, if any
         self._pending: Any = None   # gradient terms left pending (sopt.optim.grad_source.PendingGradient)
+        # the gradient is known to hold +0 from this element on (size: nothing known): what a folding update need
+        # not read or clear (sopt.optim.grad_source); any access that may write it forgets what is known
+        self._grad_zero_from = 0
+        self._size = int(np.prod(self._shape))   # fixed: read on every gradient access
         self._version = 0       # bumped by load(); an optimiser's steps count on its arena (see version)
 
     # -- shape -----------------------------------------------------------------------------------------
@@ -61,7 +65,7 @@ class Parameter:
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self._shape))
+        return self._size
 
     def __repr__(self) -> str:
         return f"Parameter(name={self.name!r}, shape={self._shape})"
@@ -78,6 +82,7 @@ class Parameter:
         if diff is None:
             diff = self._diffs[side] = self._sides[side].with_grads(grad_in=self._grads, grad_out=self._grads,
                                                                       zero=False)
+        self._grad_zero_from = self._size   # a kernel may write the gradient through it
         return diff
 
     @property
@@ -92,13 +97,29 @@ class Parameter:
         have been submitted; record into your own encoder with :meth:`flush_grad` instead)."""
         if self._pending is not None:
             self.flush_grad()
+        self._grad_zero_from = self._size   # the caller may write it
         return self._grads
 
     @property
     def grad_for_adding(self) -> spy.Tensor:
         """The gradient tensor without flushing pending terms: for kernels that only add into it (a backward),
-        which commutes with the pending terms."""
+        which commutes with the pending terms. The caller says which elements it adds to with
+        :meth:`note_grad_written`."""
         return self._grads
+
+    @property
+    def grad_zero_from(self) -> int:
+        """An element index from which the gradient is known to hold +0 (``size`` when nothing is known): set to 0
+        by the optimiser's zero-on-step and ``zero_grad``, raised by every access that may write it."""
+        return self._grad_zero_from
+
+    def note_grad_written(self, end: int) -> None:
+        """A kernel recorded through ``grad_for_adding`` adds to elements below ``end`` (at most)."""
+        self._grad_zero_from = max(self._grad_zero_from, min(int(end), self._size))
+
+    def mark_grad_zero(self) -> None:
+        """The gradient holds +0 everywhere (the optimiser's update cleared it, or zero_grad)."""
+        self._grad_zero_from = 0
 
     # -- pending gradient terms (sopt.optim.grad_source) -------------------------------------------------
     @property
@@ -135,6 +156,7 @@ class Parameter:
         source = self.take_pending()
         if source is None:
             return
+        self._grad_zero_from = self._size   # the flush adds into every element
         own = encoder is None
         if own:
             encoder = get_device().create_command_encoder()
@@ -145,6 +167,7 @@ class Parameter:
     def _rebind(self, sides: list[spy.Tensor], grads: spy.Tensor, owner: Any) -> None:
         """Point this parameter at an arena's storage: its values on each side, its gradient."""
         self._sides, self._grads, self._diffs, self.owner = sides, grads, [None] * len(sides), owner
+        self._grad_zero_from = self._size
 
     @property
     def version(self) -> int:
@@ -173,11 +196,13 @@ class Parameter:
         either way a step with ``skip_nonfinite`` skips them (see Optimizer).
         """
         self._overwrite_grad(as_float32_array(array, f"{self.name} grad", self._shape, allow_nonfinite=True))
+        self._grad_zero_from = self._size
 
     def zero_grad(self) -> None:
         """Set the gradient to zero (an upload: Tensor.clear() on a view would clear its whole buffer); pending
         gradient terms are discarded."""
         self._overwrite_grad(np.zeros(self._shape, np.float32))
+        self._grad_zero_from = 0
 
     def _overwrite_grad(self, array: np.ndarray) -> None:
         """Upload ``array`` over the gradient; pending terms are flushed (which clears them) before, in the same

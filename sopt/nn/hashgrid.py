@@ -395,6 +395,7 @@ class HashGridEncoding(Module):
         else:
             coarse = self._coarse_backprop(n, x_at, dy_at, grad, encoder)
             self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder)
+            self.table.note_grad_written(self._table_elements)
         if own:
             submit(encoder)
 
@@ -458,9 +459,11 @@ class HashGridEncoding(Module):
         self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder, max_at, shift_base)
         if self._sum_mode == SUM_HALF and self.table.accepts_pending:
             # pass 3 left to the optimiser's update, which folds the sums (or to whoever reads the gradient first,
-            # which flushes them: sopt.optim.grad_source)
+            # which flushes them: sopt.optim.grad_source); the float32 gradient got only the coarse levels' rows
+            self.table.note_grad_written(self.levels[coarse].offset * self.n_features if coarse else 0)
             self.table.leave_pending(HalfSums(fixed, max_at, shift_base, count,
-                                              lambda enc: self._to_grad(max_at, shift_base, count, enc)))
+                                              lambda enc: self._to_grad(max_at, shift_base, count, enc),
+                                              zero_from=self.table.grad_zero_from))
         else:
             self._to_grad(max_at, shift_base, count, encoder)
 
@@ -468,6 +471,7 @@ class HashGridEncoding(Module):
         """Record pass 3 (hashgrid_fixed_to_grad_kernel or hashgrid_half_to_grad_kernel) of the backward call whose M
         slot is ``max_at``, into the table's gradient where it is now."""
         grad = self._table_placement(self.table.grad_for_adding, "gradient")
+        self.table.note_grad_written(self._table_elements)
         to_grad_kernel = self._fixed_kernels[1]
         to_grad_kernel.set_members("call", values=grad[0], off=grad[1], count=count, max_at=max_at,
                                    shift_base=shift_base).dispatch(-(-count // FIXED_PER_THREAD), encoder)

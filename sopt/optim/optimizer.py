@@ -381,6 +381,8 @@ class Optimizer(StateDict):
         else:
             self._kernel(update + "_fold", src, dst).set(arena=buffer, attempts=self._attempts, fold=fold).dispatch(
                 arena.n_vec, encoder)
+        for p in arena.params:   # zero-on-step: every gradient holds +0 after the update (skipped or not)
+            p.mark_grad_zero()
         if double:
             side_vectors = arena.side_offset(1)
             threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
@@ -447,6 +449,8 @@ class Optimizer(StateDict):
         self._kernel("fill").set(arena=self.arena.buffer, fill_first=0, fill_count=n_vec,
                                  fill_value=0.0).dispatch(n_vec, encoder)
         dev.submit(encoder)
+        for p in self.arena.params:
+            p.mark_grad_zero()
 
     def _restart_counts(self, step: int, skipped: int) -> None:
         """Continue from ``step`` applied and ``skipped`` skipped steps (load_state_dict): a fresh control buffer

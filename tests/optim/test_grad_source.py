@@ -207,3 +207,30 @@ def test_a_second_source_in_one_optimiser_is_flushed():
     np.testing.assert_array_equal(a.table.numpy(), fa.table.numpy())
     np.testing.assert_array_equal(b.table.numpy(), fb.table.numpy())
     assert "update_fold" in {key[0] for key in opt._bound}
+
+
+def test_a_gradient_set_before_the_backward_is_read_by_the_fold():
+    # the fold skips the float32 gradient where it is known to be +0 (Parameter.grad_zero_from: after a step only
+    # the coarse rows were added to); a gradient set before the backward makes it read all of it, as a flush does
+    data = _data(3)
+    rng = np.random.default_rng(19)
+    extra = [rng.normal(size=(len(_twin()[0].table.numpy()), 2)) for _ in data]
+
+    def run(fold: bool):
+        enc, before, after, opt = _twin()
+        for k, calls in enumerate(data):
+            if k == 1:   # one step with the whole float32 gradient set first, the others with none
+                enc.table.set_grad(extra[k])
+                assert enc.table.grad_zero_from == enc.table.size
+            for x, dy in calls:
+                _backward(enc, x, dy)
+            if k == 2:   # after a step at most the coarse levels' rows were written (one sample: none)
+                assert enc.table.grad_zero_from == 0
+            if not fold:
+                enc.table.flush_grad()
+            opt.step()
+            assert enc.table.grad_zero_from == 0
+        return _states(enc, before, after, opt)
+
+    for a, b in zip(run(True), run(False)):
+        np.testing.assert_array_equal(a, b)
