@@ -50,9 +50,9 @@ class Parameter:
         self._grads = spy.Tensor.zeros(device, self._shape, self._sides[0].dtype)
         self._diffs: list[spy.Tensor | None] = [None]
         self.owner: Any = None  # the ParameterArena holding this parameter, if any
-        self._pending: Any = None   # gradient terms left pending (sopt.optim.grad_source.PendingGradient)
+        self._pending: Any = None   # gradient terms left pending (sopt.grad_source.PendingGradient)
         # the gradient is known to hold +0 from this element on (size: nothing known): what a folding update need
-        # not read or clear (sopt.optim.grad_source); any access that may write it forgets what is known
+        # not read or clear (sopt.grad_source); any access that may write it forgets what is known
         self._grad_zero_from = 0
         self._size = int(np.prod(self._shape))   # fixed: read on every gradient access
         self._version = 0       # bumped by load(); an optimiser's steps count on its arena (see version)
@@ -93,7 +93,7 @@ class Parameter:
     @property
     def grad(self) -> spy.Tensor:
         """The gradient tensor, same shape as the values. Gradient terms a module left pending (see
-        sopt.optim.grad_source) are added into it first (a pass submitted now: the backward that left them must
+        sopt.grad_source) are added into it first (a pass submitted now: the backward that left them must
         have been submitted; record into your own encoder with :meth:`flush_grad` instead)."""
         if self._pending is not None:
             self.flush_grad()
@@ -121,10 +121,10 @@ class Parameter:
         """The gradient holds +0 everywhere (the optimiser's update cleared it, or zero_grad)."""
         self._grad_zero_from = 0
 
-    # -- pending gradient terms (sopt.optim.grad_source) -------------------------------------------------
+    # -- pending gradient terms (sopt.grad_source) -------------------------------------------------
     @property
     def pending_grad(self) -> Any:
-        """The gradient terms left pending (a sopt.optim.grad_source.PendingGradient), or None."""
+        """The gradient terms left pending (a sopt.grad_source.PendingGradient), or None."""
         return self._pending
 
     @property

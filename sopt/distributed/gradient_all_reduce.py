@@ -62,7 +62,7 @@ class GradientAllReduce:
         if arena is None:
             raise ValueError(f"data-parallel training averages the gradients of a sopt optimiser's arena; "
                              f"{type(optimizer).__name__} has none")
-        # gradient terms a module left pending (a float16 hash grid's sums: sopt.optim.grad_source) are not in the
+        # gradient terms a module left pending (a float16 hash grid's sums: sopt.grad_source) are not in the
         # block yet: converted first, so that they are averaged too
         flush = getattr(optimizer, "flush_pending", None)
         if flush is not None:

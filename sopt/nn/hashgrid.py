@@ -18,7 +18,7 @@ from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
-from sopt.optim.grad_source import HalfSums
+from sopt.grad_source import HalfSums
 from sopt.parameter import Parameter
 from sopt.validation import check_bool, check_float, check_int
 
@@ -196,7 +196,7 @@ class HashGridEncoding(Module):
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
     In both modes pass 1 is skipped when the module that writes dL/dy raises M as it writes it (TensorCoreMLP:
     sopt.nn.grad_max), and the float16 sums of the last backward are left pending in the optimiser's arena, which
-    Adam's update converts as it reads the gradient (sopt.optim.grad_source), so pass 3 is skipped too.
+    Adam's update converts as it reads the gradient (sopt.grad_source), so pass 3 is skipped too.
 
     ``output_layout`` (attribute, tiny-cuda-nn's ``set_output_layout``): "row_major" (default) or "column_major",
     y[n, j] at ``j ld + n`` (sopt.nn.batch.column_major): one level per thread group, each warp storing 128
@@ -459,7 +459,7 @@ class HashGridEncoding(Module):
         self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder, max_at, shift_base)
         if self._sum_mode == SUM_HALF and self.table.accepts_pending:
             # pass 3 left to the optimiser's update, which folds the sums (or to whoever reads the gradient first,
-            # which flushes them: sopt.optim.grad_source); the float32 gradient got only the coarse levels' rows
+            # which flushes them: sopt.grad_source); the float32 gradient got only the coarse levels' rows
             self.table.note_grad_written(self.levels[coarse].offset * self.n_features if coarse else 0)
             self.table.leave_pending(HalfSums(fixed, max_at, shift_base, count,
                                               lambda enc: self._to_grad(max_at, shift_base, count, enc),

@@ -52,7 +52,7 @@ class ParameterArena:
         self.params: list[Parameter] = [p for group in groups for p in group]
         self.version = 0   # optimiser steps recorded on this arena (Parameter.version adds it)
         # whether modules may leave gradient terms pending on these Parameters (the optimiser folds them into its
-        # update: sopt.optim.grad_source), and the Parameters that have some now
+        # update: sopt.grad_source), and the Parameters that have some now
         self.accepts_pending = False
         self.pending: list[Parameter] = []
         self.offsets: list[int] = []

@@ -126,7 +126,7 @@ class Optimizer(StateDict):
     has_lazy_kernels: ClassVar[bool] = False   # "<entry>_lazy" and "<entry>_unchecked_lazy" exist, compiled with a
                                                # rule's `lazy` option (used when a group sets it: see step)
     has_fold_kernels: ClassVar[bool] = False   # "<update entry>_fold" beside each update kernel reads its gradients
-                                               # through a pending source's fold (HalfSumsFold: sopt.optim.grad_source)
+                                               # through a pending source's fold (HalfSumsFold: sopt.grad_source)
     kernels: ClassVar[dict[str, Kernel]]   # every kernel of the class by role, from update_kernel (see _kernel)
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
@@ -398,7 +398,7 @@ class Optimizer(StateDict):
 
     def _take_fold(self, check: int, encoder: spy.CommandEncoder) -> dict[str, Any] | None:
         """The fold arguments of the one pending gradient source this step's update consumes (None: the plain
-        update); every other pending source is flushed into ``encoder`` first (sopt.optim.grad_source): all of them
+        update); every other pending source is flushed into ``encoder`` first (sopt.grad_source): all of them
         when the update cannot fold (no fold kernels, or a pass before the update that reads the gradients)."""
         pending = self.arena.pending
         if not pending:
@@ -418,7 +418,7 @@ class Optimizer(StateDict):
         return p.take_pending().fold_args(first_vec)
 
     def flush_pending(self, encoder: spy.CommandEncoder | None = None) -> None:
-        """Add every pending gradient term into the arena's gradients (sopt.optim.grad_source): recorded into
+        """Add every pending gradient term into the arena's gradients (sopt.grad_source): recorded into
         ``encoder``, or submitted now."""
         for p in list(self.arena.pending):
             p.flush_grad(encoder)

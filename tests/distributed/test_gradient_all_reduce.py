@@ -7,7 +7,7 @@ import pytest
 
 
 def test_gradient_all_reduce_averages_pending_float16_sums(monkeypatch) -> None:
-    # a float16 hash grid leaves its table's sums pending for Adam to fold (sopt.optim.grad_source); the all-reduce
+    # a float16 hash grid leaves its table's sums pending for Adam to fold (sopt.grad_source); the all-reduce
     # must average them too: it converts them into the arena's gradient block before reading it
     pytest.importorskip("torch")
     from types import SimpleNamespace

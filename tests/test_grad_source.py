@@ -1,4 +1,4 @@
-"""Gradient sources (sopt.optim.grad_source): HashGridEncoding's float16 sums left pending after a backward and
+"""Gradient sources (sopt.grad_source): HashGridEncoding's float16 sums left pending after a backward and
 folded into Adam's update, against the same sums flushed (hashgrid_half_to_grad_kernel) before a plain update.
 
 One sample per backward: each table entry then gets its terms from one thread in program order, so the float16 sums
