@@ -41,6 +41,7 @@ import numpy as np
 import slangpy as spy
 
 from sopt import device as dev
+from sopt import grad_max
 from sopt.kernel import Function, grid_1d, launch
 from sopt.parameter import Parameter
 
@@ -492,6 +493,8 @@ class Tape:
             if info.requires_grad and not info.grad_ready:
                 clear(enc, t.grad)
                 info.grad_ready = True
+            elif info.requires_grad:
+                grad_max.touched(t.grad)   # added to after its writer: a max raised with it no longer covers it
         redirect: dict[int, spy.Tensor] = {}
         pending: list[tuple[spy.Tensor, spy.Tensor]] = []
         for i, t in enumerate(node.write_grads):
@@ -502,6 +505,7 @@ class Tape:
                 scratch = self._pool.take(t.shape.as_tuple(), False)
                 redirect[i] = t.detach().with_grads(grad_in=scratch, grad_out=scratch, zero=False)
                 pending.append((scratch, t.grad))
+                grad_max.touched(t.grad)
             else:
                 redirect[i] = t
                 info.grad_ready = True

@@ -13,7 +13,7 @@ from pydantic import Field
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
 from sopt.device import get_device, multiprocessor_count, submit
-from sopt.nn import grad_max
+from sopt import grad_max
 from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
@@ -195,7 +195,7 @@ class HashGridEncoding(Module):
     term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
     In both modes pass 1 is skipped when the module that writes dL/dy raises M as it writes it (TensorCoreMLP:
-    sopt.nn.grad_max), and the float16 sums of the last backward are left pending in the optimiser's arena, which
+    sopt.grad_max), and the float16 sums of the last backward are left pending in the optimiser's arena, which
     Adam's update converts as it reads the gradient (sopt.grad_source), so pass 3 is skipped too.
 
     ``output_layout`` (attribute, tiny-cuda-nn's ``set_output_layout``): "row_major" (default) or "column_major",
@@ -423,7 +423,7 @@ class HashGridEncoding(Module):
             kernel.dispatch(self._level_groups(n, self.n_levels - coarse), encoder)
 
     def _provide_max(self, dy_key: tuple[int, int], encoder: spy.CommandEncoder) -> tuple[spy.Buffer, int]:
-        """For the module about to write dL/dy (sopt.nn.grad_max.claim): the M slot of this encoding's next backward,
+        """For the module about to write dL/dy (sopt.grad_max.claim): the M slot of this encoding's next backward,
         which then skips pass 1. Pending float16 sums of an earlier backward are converted first (into
         ``encoder``): their conversion clears that slot."""
         self.table.flush_grad(encoder)
@@ -441,7 +441,8 @@ class HashGridEncoding(Module):
         max_kernel, _ = self._fixed_kernels or self._bind_fixed_kernels(fixed)
         width = self.out_features
         given, self._max_given = self._max_given, None
-        if given != (dy_key, max_at):   # unless the module that wrote dL/dy raised M with it (grad_max)
+        # unless the module that wrote dL/dy raised M with it, and nothing was added to dL/dy since (grad_max)
+        if given != (dy_key, max_at) or not grad_max.intact(dy_key):
             # dL/dy's rows, or, column-major, its columns read as rows of n
             rows = dy_at[3] == 1
             max_kernel.set_members("call", values=dy_at[0], off=dy_at[1], stride=dy_at[2] if rows else dy_at[3],

@@ -50,7 +50,8 @@ from pydantic import Field
 from sopt import device as dev
 from sopt.config.registry import ComponentConfig, register
 from sopt.kernel import Kernel, dummy_buffer
-from sopt.nn import flat_layers, grad_max
+from sopt import grad_max
+from sopt.nn import flat_layers
 from sopt.nn.flat_layers import flat_layout
 from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import Activation, activation_key, activation_name, make_activation, slang_activation
@@ -218,7 +219,7 @@ class TensorCoreMLP(Module):
         self._pack = _PACK.specialise(*sizes)
         self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
         # dL/dx: none (0), into contiguous rows (1), at any strides (2), column-major (3); and its max |dL/dx|
-        # for the module before (sopt.nn.grad_max)
+        # for the module before (sopt.grad_max)
         self._deltas = {(dx, m): _DELTAS.specialise(*sizes, *acts, dx, m) for dx in (0, 1, 2, 3) for m in (0, 1)
                         if dx or not m}
         self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]

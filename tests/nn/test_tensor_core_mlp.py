@@ -226,7 +226,8 @@ def test_deltas_kernel_raises_the_hash_grid_max_on_cuda(mode, monkeypatch):
     # writes dL/dy (its dL/dx), raises M as it writes it and the grid's pass 1 is skipped. M is the bits of the
     # largest |dL/dy| either way, and the table gradient is the one with pass 1
     from sopt import device as sdev
-    from sopt.nn import HashGridEncoding, Sequential, grad_max
+    from sopt import grad_max
+    from sopt.nn import HashGridEncoding, Sequential
 
     kw = {"deterministic": True} if mode == "deterministic" else {"gradient_precision": "float16"}
     rng = np.random.default_rng(4)

@@ -1,4 +1,4 @@
-"""sopt.nn.grad_max: a hash grid summing in float16 or fixed point takes M = max |dL/dy| from the module that writes
+"""sopt.grad_max: a hash grid summing in float16 or fixed point takes M = max |dL/dy| from the module that writes
 dL/dy (TensorCoreMLP on CUDA, tested in test_tensor_core_mlp.py) and skips its pass 1. Here the writer is simulated on
 any backend: it claims the request, writes dL/dy and raises the slot to M's bits itself."""
 
@@ -9,7 +9,8 @@ import pytest
 import slangpy as spy
 
 from sopt import device as dev
-from sopt.nn import HashGridEncoding, grad_max
+from sopt import grad_max
+from sopt.nn import HashGridEncoding
 from sopt.nn.batch import write_batch
 from sopt.optim import Adam
 
@@ -79,3 +80,46 @@ def test_given_max_skips_pass_1_and_gives_the_same_table_gradient(mode):
     np.testing.assert_array_equal(g_given, g_pass)
     np.testing.assert_array_equal(v_given, v_pass)
     assert np.abs(g_pass).max() > 0
+
+
+def test_a_gradient_added_to_after_its_writer_raised_the_max_gets_pass_1():
+    # a Tape adds a second consumer's dL/dy into a gradient its first consumer wrote (and raised M for): M no longer
+    # covers it, so the grid runs its own pass 1
+    enc = HashGridEncoding(**CONFIG, seed=1, gradient_precision="float16")
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0, 1, (20, 2)).astype(np.float32)
+    dy = rng.normal(size=(20, 6)).astype(np.float32)
+    counts = []
+    for touch in (False, True):
+        y = enc(x)
+        encoder = dev.get_device().create_command_encoder()
+        before = dev.dispatch_count()
+        slot = grad_max.claim(y.grad, encoder)
+        write_batch(y.grad, dy)
+        encoder.upload_buffer_data(slot[0], slot[1], np.array([np.abs(dy).max().view(np.uint32)], np.uint32))
+        if touch:
+            grad_max.touched(y.grad)
+        enc.backward(x, y, encoder)
+        counts.append(dev.dispatch_count() - before)
+        dev.submit(encoder)
+    assert counts[1] == counts[0] + 1
+
+
+def test_the_tape_reports_a_second_consumer_of_a_gradient(monkeypatch):
+    # an encoding's output read by two modules on a Tape: the second one's dL/dy is added into the gradient the
+    # first wrote, which the tape reports to grad_max
+    from sopt import Tape
+    from sopt.losses import MSELoss
+    from sopt.nn import Linear
+
+    enc = HashGridEncoding(**CONFIG, seed=1, gradient_precision="float16")
+    heads = [Linear(enc.out_features, 2, seed=k) for k in range(2)]
+    touched = []
+    monkeypatch.setattr(grad_max, "touched", lambda grad: touched.append(grad_max.key(grad)))
+    x = np.random.default_rng(1).uniform(0, 1, (16, 2)).astype(np.float32)
+    with Tape() as tape:
+        y = enc(x)
+        loss = MSELoss()(heads[0](y), np.zeros((16, 2), np.float32))
+        loss2 = MSELoss()(heads[1](y), np.ones((16, 2), np.float32))
+    tape.backward([loss, loss2])
+    assert grad_max.key(y.grad) in touched

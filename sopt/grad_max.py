@@ -9,6 +9,10 @@ The encoding's forward *requests* the max for its output's gradient (:func:`requ
 to write that gradient *claims* the request (:func:`claim`), which gives it the (buffer, byte offset) of a uint to
 raise to the largest bit pattern of |dL/dx| (NaN and Inf above every finite value, as pass 1 takes it). Requests
 are keyed by the gradient's memory, so they reach the writer through Sequential, a Tape, or any other caller.
+
+The max covers what its writer wrote. Where more is added to that gradient afterwards (a Tape adding a second
+consumer's dL/dy into it), the adder calls :func:`touched`, and the requester, which asks :func:`intact` before it
+trusts the max, runs its own pass after all.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ MAX_REQUESTS = 64   # the newest requests kept (a step makes one per encoding ca
 
 Provide = Callable[[spy.CommandEncoder], tuple[spy.Buffer, int]]
 _requests: OrderedDict[tuple[int, int], Provide] = OrderedDict()
+_claimed: OrderedDict[tuple[int, int], None] = OrderedDict()   # gradients whose writer raised the max, untouched since
 
 
 def key(t: spy.Tensor) -> tuple[int, int]:
@@ -48,5 +53,22 @@ def withdraw(grad: spy.Tensor) -> None:
 def claim(grad: spy.Tensor, encoder: spy.CommandEncoder) -> tuple[spy.Buffer, int] | None:
     """For a module about to overwrite all of ``grad``: the (buffer, byte offset) where to raise max |grad|'s bits,
     or None when nobody asked. The request is used up."""
-    provide = _requests.pop(key(grad), None)
-    return None if provide is None else provide(encoder)
+    k = key(grad)
+    provide = _requests.pop(k, None)
+    if provide is None:
+        return None
+    _claimed[k] = None
+    while len(_claimed) > MAX_REQUESTS:
+        _claimed.popitem(last=False)
+    return provide(encoder)
+
+
+def touched(grad: spy.Tensor) -> None:
+    """More was added to ``grad`` after its writer raised the max: the max no longer covers it."""
+    _claimed.pop(key(grad), None)
+
+
+def intact(grad_key: tuple[int, int]) -> bool:
+    """Whether the gradient whose key is ``grad_key`` holds only what the writer that claimed its request wrote (the
+    max it raised covers it). The answer is used up."""
+    return _claimed.pop(grad_key, 1) is None
