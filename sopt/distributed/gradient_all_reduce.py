@@ -64,9 +64,7 @@ class GradientAllReduce:
                              f"{type(optimizer).__name__} has none")
         # gradient terms a module left pending (a float16 hash grid's sums: sopt.grad_source) are not in the
         # block yet: converted first, so that they are averaged too
-        flush = getattr(optimizer, "flush_pending", None)
-        if flush is not None:
-            flush(tape.encoder)
+        optimizer.flush_pending(tape.encoder)
         dev.submit(tape.encoder)
         if self.on_gpu:
             self._reduce_on_gpu(self._gradient_view(arena))

@@ -431,11 +431,11 @@ class HashGridEncoding(Module):
         return self._fixed_buffer(), self._max_at
 
     def _fixed_backward(self, n: int, x_at: tuple, dy_at: tuple, dx_at: tuple | None, table: tuple, grad: tuple,
-                        encoder: spy.CommandEncoder, dy_key: tuple[int, int] = (0, 0)) -> None:
+                        encoder: spy.CommandEncoder, dy_key: tuple[int, int]) -> None:
         """The backward of deterministic mode or float16 sums, recorded into ``encoder`` (arguments as
         :meth:`_dispatch_backward`'s): M = max |dL/dy| (pass 1), the coarse levels' sums (fixed point; float16 sums
         leave them to the float32 coarse kernel) and hashgrid_backward_kernel's (pass 2), then their conversion into
-        dL/dtable (pass 3)."""
+        dL/dtable (pass 3). ``dy_key``: dL/dy's sopt.grad_max key (pass 1 is skipped where its writer raised M)."""
         fixed, max_at = self._fixed_buffer(), self._max_at
         self._max_at ^= 4
         max_kernel, _ = self._fixed_kernels or self._bind_fixed_kernels(fixed)
