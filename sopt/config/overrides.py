@@ -2,7 +2,7 @@
 so its default applies).
 
 Values are TOML literals (``0.1``, ``true``, ``"text"``, ``[1, 2]``, ``{k = 1}``); a bare word that is no TOML
-literal (``SGD``, ``ReLU``) is that string. A ``=`` key must already be in the config (else it is a typo: the
+literal (``SGD``, ``ReLU``, a path ``/data/photo.jpg`` or ``./photo.jpg``) is that string. A ``=`` key must already be in the config (else it is a typo: the
 error suggests the nearest key), a ``+`` key must not be. Applying an override to a section that changes its
 ``otype`` drops the section's other keys, as a config file naming another otype would: ``optimizer.otype=SGD``
 gives SGD's defaults. Every problem is one :class:`~sopt.config.schema.ConfigError` line naming the override.
@@ -24,7 +24,8 @@ from sopt.nesting import text_depth, value_depth
 MAX_OVERRIDE_CHARS = 128 * 1024   # the longest word Linux passes on a command line (MAX_ARG_STRLEN)
 SHOWN_CHARS = 100   # an error line shows at most this much of an override, a key or a value
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+# a bare word: a name (SGD, a/b-c.d) or a path (/data/x.jpg, ./x, ../x), as Hydra takes them unquoted
+_BARE = re.compile(r"^(?:[A-Za-z_]|/|\.\.?/)[A-Za-z0-9_.\-/+]*$")
 REMOVED = object()   # the value of a ``~key`` override
 
 

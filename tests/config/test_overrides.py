@@ -24,6 +24,8 @@ def one_line(info: pytest.ExceptionInfo) -> str:
     ("[1,2]", [1, 2]), ("[1, 2.5]", [1, 2.5]), ('["a", "b"]', ["a", "b"]), ("[]", []),
     ("{k = 1}", {"k": 1}), ("{otype = \"SGD\", momentum = 0.9}", {"otype": "SGD", "momentum": 0.9}),
     ("SGD", "SGD"), ("ReLU", "ReLU"), ("fit_cloth", "fit_cloth"), ("a/b-c.d", "a/b-c.d"),
+    ("/data/photo.jpg", "/data/photo.jpg"), ("./photo.jpg", "./photo.jpg"), ("../a/b.png", "../a/b.png"),
+    ("/a/x+y.png", "/a/x+y.png"),
 ])
 def test_values_are_toml_literals_or_bare_words(text, value):
     got = parse_value(text, "x")
@@ -38,7 +40,7 @@ def test_nan_and_inf_values_are_refused(text):
     assert one_line(info) == f"override 'k=...': value {text!r} must be a finite number"
 
 
-@pytest.mark.parametrize("text", ["1 2", "[1, 2", "'open", "a b", "{k = }", "1.2.3.", "@x"])
+@pytest.mark.parametrize("text", ["1 2", "[1, 2", "'open", "a b", "{k = }", "1.2.3.", "@x", ".5", "/a b", "~/x"])
 def test_a_value_that_is_neither_toml_nor_a_bare_word_is_refused(text):
     with pytest.raises(ConfigError) as info:
         parse_value(text, "'k=...'")
