@@ -33,10 +33,6 @@ COARSE_FLOATS = 12288   # group-shared floats of hashgrid_coarse_backprop_kernel
 COARSE_THREADS = 512    # its threads per group (COARSE_THREADS there)
 COARSE_GROUPS = 16      # its groups where the multiprocessors are unknown (Vulkan)
 COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 110 us with 1, 80 us with 2 or 4)
-# fewer samples than this on CUDA: the step is bound by host time, and the coarse kernel's dispatch (~15 us of host
-# time) costs more than its atomics save (H100, issue 21's 2D grid, ms/step: 2^14 0.248 with it, 0.237 without;
-# 2^16 0.275 with it, 0.317 without)
-COARSE_MIN_SAMPLES_CUDA = 1 << 15
 COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 164 in all: under Vulkan's 256 bytes
                         # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
 MAX_BYTE_ELEMENTS = 2**30   # the kernels address float buffers by 32-bit byte offsets: element indices below 2^30
@@ -103,15 +99,13 @@ def coarse_levels(levels: list[GridLevel], n_features: int) -> int:
     return count
 
 
-def coarse_kernel_pays(n: int, in_dims: int, groups: int, coarse: list[GridLevel], n_features: int,
-                       min_samples: int = 0) -> bool:
-    """Whether hashgrid_coarse_backprop_kernel is worth its cost for ``n`` samples in ``groups`` groups: ``n`` is at
-    least ``min_samples`` (below it the dispatch's host time outweighs what it saves), and the
+def coarse_kernel_pays(n: int, in_dims: int, groups: int, coarse: list[GridLevel], n_features: int) -> bool:
+    """Whether hashgrid_coarse_backprop_kernel is worth its cost for ``n`` samples in ``groups`` groups: the
     per-sample atomics it removes (``n * len(coarse) * 2^in_dims * n_features``) exceed 1.5 times the ones it adds
     (each group adds every entry of the coarse levels once). Measured on an H200 (train_step_split, GPU us): 3D 2^14
     is 1:1 and 4% slower with the kernel, 2D 2^14 1.6:1 and even, 3D 2^18 2:1 and 4% faster, 2D 2^18 3:1 and 18%
     faster."""
-    if not coarse or n < min_samples:
+    if not coarse:
         return False
     entries = (coarse[-1].offset + coarse[-1].size) * n_features
     return n * len(coarse) * 2 ** in_dims * n_features > 1.5 * groups * entries
@@ -495,8 +489,7 @@ class HashGridEncoding(Module):
             return 0
         sms = multiprocessor_count()
         groups = min(-(-n // COARSE_THREADS), sms * COARSE_GROUPS_PER_SM if sms else COARSE_GROUPS)
-        if not coarse_kernel_pays(n, self.in_dims, groups, self.levels[:self.coarse_levels], self.n_features,
-                                  COARSE_MIN_SAMPLES_CUDA if sms else 0):
+        if not coarse_kernel_pays(n, self.in_dims, groups, self.levels[:self.coarse_levels], self.n_features):
             return 0
         coarse = self.coarse_levels
         bound = self._coarse_kernel

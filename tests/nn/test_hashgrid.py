@@ -19,13 +19,6 @@ CONFIGS = {  # small tables so that the finer levels are hashed
 }
 
 
-@pytest.fixture(autouse=True)
-def coarse_kernel_at_any_batch(monkeypatch):
-    """The tests' batches (a few thousand samples) are below COARSE_MIN_SAMPLES_CUDA: let the coarse kernel run at
-    them on CUDA too, so that it is tested there."""
-    monkeypatch.setattr("sopt.nn.hashgrid.COARSE_MIN_SAMPLES_CUDA", 0)
-
-
 @pytest.fixture(scope="module")
 def grids() -> dict[str, HashGridEncoding]:
     out = {}
@@ -89,8 +82,6 @@ def test_coarse_levels_are_the_dense_ones_that_fit_group_shared_memory():
     grid2, grid3 = grid_levels(2, 16, 19, 16, 1.5)[:4], grid_levels(3, 16, 19, 16, 1.5)[:1]
     assert coarse_kernel_pays(2**14, 2, 32, grid2, 2) and coarse_kernel_pays(2**18, 3, 264, grid3, 2)
     assert not coarse_kernel_pays(2**14, 3, 32, grid3, 2) and not coarse_kernel_pays(10**6, 2, 1, [], 2)
-    # and where the batch has at least min_samples (CUDA: COARSE_MIN_SAMPLES_CUDA; a smaller step is host-bound)
-    assert not coarse_kernel_pays(2**14, 2, 32, grid2, 2, 2**15) and coarse_kernel_pays(2**16, 2, 128, grid2, 2, 2**15)
 
 
 def test_coarse_kernel_sizes_match_the_slang_source():
