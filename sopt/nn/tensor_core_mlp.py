@@ -17,7 +17,8 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
    128): half's normal range ends at 6.1e-5, and a mean loss over 2^20 samples has dL/dy near 1e-6.
 4. backward, weights: per layer dW_j = sum_n dz_j[n] a_j[n]^T / S as half MMAs over the batch with float32
    accumulation (each group sums its share of the tiles in registers and writes its sums to a row of partial
-   sums), and db_j = sum_n dz_j[n] / S (the product with a column of ones); ``tcmlp_reduce`` adds the rows in a
+   sums), and db_j = sum_n dz_j[n] / S (the product with a column of ones), every layer in one dispatch (its y
+   is the layer: a dispatch costs ~15 us of host time, which bounds small batches); ``tcmlp_reduce`` adds the rows in a
    fixed order, so the gradients are the same bits on every run (no float atomics).
 
 Precision: outputs within ~1e-3 relative of FullyFusedMLP's float32 ones. The gradients are those of this
@@ -108,7 +109,7 @@ def tile_groups(n: int, per_sm: int, unknown: int | None = None) -> int:
 
 
 def weight_grad_groups(n: int) -> int:
-    """Groups of the weight-gradient kernels (and rows of partial sums) for a batch of n."""
+    """Groups per layer of the weight-gradient kernel (and rows of partial sums) for a batch of n."""
     return tile_groups(n, WEIGHT_GRAD_GROUPS_PER_SM, _WEIGHT_GRAD_GROUPS)
 
 
@@ -222,7 +223,7 @@ class TensorCoreMLP(Module):
         # for the module before (sopt.grad_max)
         self._deltas = {(dx, m): _DELTAS.specialise(*sizes, *acts, dx, m) for dx in (0, 1, 2, 3) for m in (0, 1)
                         if dx or not m}
-        self._weight_grad = [_WEIGHT_GRAD.specialise(*sizes, j) for j in range(hidden_layers + 1)]
+        self._weight_grad = _WEIGHT_GRAD.specialise(*sizes)   # every layer in one dispatch (its y: the layer)
         device = dev.get_device()
         self._packed = spy.Tensor.zeros(device, (sum(o * k for o, k in self._shapes) // 2,), "float")  # half pairs
         self._bias = spy.Tensor.zeros(device, (sum(o for o, _ in self._shapes),), "float")
@@ -328,9 +329,9 @@ class TensorCoreMLP(Module):
             dx_col=dx_col, tc_dx_max=max_buffer, dx_max_at=max_at).dispatch(tile_groups(n, TILE_GROUPS_PER_SM) * NT,
                                                                           encoder)
         groups = weight_grad_groups(n)
-        for kernel in self._weight_grad:
-            self._kernel(kernel, n).set_members("call", tc_x=x.storage, x_off=x.offset, x_row=x_row,
-                                                x_col=x_col).dispatch(groups * NT, encoder)
+        self._kernel(self._weight_grad, n).set_members("call", tc_x=x.storage, x_off=x.offset, x_row=x_row,
+                                                       x_col=x_col).dispatch((groups * NT, self.hidden_layers + 1),
+                                                                             encoder)
         self._kernel(_REDUCE, n).set_members("call", tc_grads=g.storage, grads_off=g.offset).dispatch(
             -(-self._n_params // 32) * RED_THREADS, encoder)
         if own:
