@@ -4,10 +4,11 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
 (slang_lib/nn/tensor_core_mlp.slang) are PTX ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` products with
 ``ldmatrix`` operand loads (CUDA inline assembly). Per step:
 
-1. ``tcmlp_pack``: the float32 master parameters (``params``, FullyFusedMLP's flat layout, so optimisers,
+1. packing: the float32 master parameters (``params``, FullyFusedMLP's flat layout, so optimisers,
    checkpoints and ``FullyFusedMLP.params`` interchange) are converted to a half copy of every W_j, zero-padded
-   to multiples of 16, and a float copy of the biases: once per forward call (the weights change every
-   optimiser step), one small dispatch.
+   to multiples of 16, and a float copy of the biases, by every forward group as it stages the weights (the
+   weights change every optimiser step); group 0 also writes them (``pack_reference``'s layout) for the deltas
+   kernel. A dispatch of its own cost ~15 us of host time a step.
 2. forward: tiles of TS = 64 samples, 16 rows per warp; every layer z = W_j a + b_j as half MMAs with float32
    accumulation, the bias and activation applied in float32, the activations kept in group-shared memory as
    half; training saves each hidden layer's half output a_{j+1} and layer 0's half inputs a_0 (x, or its fused
@@ -70,7 +71,6 @@ _WEIGHT_GRAD_GROUPS = 264   # and in all where the multiprocessors are unknown
 RED_THREADS = 256   # threads per group of tcmlp_reduce_kernel (RED_THREADS there): 32 parameters x 8 slices
 TILE_GROUPS_PER_SM = 4   # forward / deltas groups per multiprocessor (80 and 126 registers; the groups loop over the tiles)
 _SOURCE = "nn/tensor_core_mlp"
-_PACK = Kernel(_SOURCE, "tcmlp_pack_kernel")
 _FORWARD = Kernel(_SOURCE, "tcmlp_forward_kernel")
 _DELTAS = Kernel(_SOURCE, "tcmlp_backward_deltas_kernel")
 _WEIGHT_GRAD = Kernel(_SOURCE, "tcmlp_weight_grad_kernel")
@@ -141,7 +141,7 @@ def packed_shapes(in_features: int, hidden_features: int, hidden_layers: int,
 
 def pack_reference(flat: np.ndarray, in_features: int, hidden_features: int, hidden_layers: int,
                    out_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """What ``tcmlp_pack`` writes, in numpy: (the half weights, layers back to back, each O_j x K_j row-major;
+    """What the forward's group 0 writes to the packed buffers, in numpy: (the half weights, layers back to back, each O_j x K_j row-major;
     the float32 biases, O_j per layer), zero-padded."""
     layers, _ = flat_layout(in_features, hidden_features, hidden_layers, out_features)
     weights, biases = [], []
@@ -217,7 +217,6 @@ class TensorCoreMLP(Module):
         sizes = (features, align(features, 16), hidden_features, out_features, align(out_features, 16),
                  hidden_layers)
         acts = (_SLANG_ACT[self.activation], _SLANG_ACT[self.output_activation])
-        self._pack = _PACK.specialise(*sizes)
         self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
         # dL/dx: none (0), into contiguous rows (1), at any strides (2), column-major (3); and its max |dL/dx|
         # for the module before (sopt.grad_max)
@@ -277,7 +276,7 @@ class TensorCoreMLP(Module):
             b = self._buffers_for(n)
             call: dict[str, Any] = {name: dummy_buffer() for name in _CALL_BUFFERS}
             call.update({name: 0 for name in _CALL_OFFSETS})
-            call.update(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage, tc_packed_u=self._packed.storage,
+            call.update(n_rows=n, n_pad=align(n, TS), tc_packed=self._packed.storage,
                         tc_bias=self._bias.storage, tc_saved=b["saved"].storage, tc_dz=b["dz"].storage,
                         tc_x16=b["x16"].storage,
                         tc_partial=b["partial"].storage, n_params=self._n_params, n_groups=weight_grad_groups(n),
@@ -294,13 +293,10 @@ class TensorCoreMLP(Module):
         own = encoder is None
         if own:
             encoder = dev.get_device().create_command_encoder()
-        words = sum(o * k for o, k in self._shapes) // 2 + self._bias.shape[0]
-        self._kernel(self._pack, n).set_members("call", tc_params=p.storage, params_off=p.offset).dispatch(
-            words, encoder)
         x_row, x_col = x.strides.as_tuple()
         self._kernel(self._forward[int(self.training)], n).set_members(
-            "call", tc_x=x.storage, x_off=x.offset, x_row=x_row, x_col=x_col, tc_y=y.storage, y_off=y.offset).dispatch(
-            tile_groups(n, TILE_GROUPS_PER_SM) * NT, encoder)
+            "call", tc_params=p.storage, params_off=p.offset, tc_x=x.storage, x_off=x.offset, x_row=x_row, x_col=x_col,
+            tc_y=y.storage, y_off=y.offset).dispatch(tile_groups(n, TILE_GROUPS_PER_SM) * NT, encoder)
         if own:
             dev.submit(encoder)
         self._forwarded = (_tensor_key(x), _tensor_key(y)) if self.training else None

@@ -1,5 +1,5 @@
 """TensorCoreMLP: its parameter layout is FullyFusedMLP's (any device), its packed half weights (numpy
-reference of tcmlp_pack), and on CUDA its forward and gradients against FullyFusedMLP's float32 ones on the
+reference of the packed weights), and on CUDA its forward and gradients against FullyFusedMLP's float32 ones on the
 same parameters (skipped elsewhere; the kernels are tensor-core MMAs)."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_matches_fully_fused_mlp_on_cuda(in_f, hidden, layers, out_f, act, n):
     dy_np = (rng.standard_normal((n, out_f)) / n).astype(np.float32)   # a mean loss's dL/dy
     (y_ff, dx_ff, g_ff), (y_tc, dx_tc, g_tc) = (vjp(m, x_np, dy_np) for m in (ff, tc))
     g_ff, g_tc = g_ff["params"], g_tc["params"]
-    weights, biases = pack_reference(ff.params.numpy(), in_f, hidden, layers, out_f)   # tcmlp_pack's output
+    weights, biases = pack_reference(ff.params.numpy(), in_f, hidden, layers, out_f)   # what the forward's group 0 wrote
     np.testing.assert_array_equal(tc._packed.to_numpy().view(np.float16).ravel(), weights)
     np.testing.assert_array_equal(tc._bias.to_numpy(), biases)
     # half operands, float32 accumulation: ~5e-4 relative per product (numpy emulation of the kernels: 5.0e-4)
