@@ -12,17 +12,17 @@ subnormal, but not every overflow they cause). Around the update, by options:
 * ``skip_nonfinite`` (the default), ``double_buffer=True`` (the default): the update reads values and state
   from one side of a double-buffered arena and writes them to the other, raising a flag when a gradient it
   reads, or a value or state it writes, holds a NaN/Inf (one more ``isfinite`` per float4 written, in
-  registers); ``nonfinite_restore`` then copies the side read over the side written when the flag is up (and
-  otherwise does nothing), counting the step in ``skipped_steps``. The check thus costs no extra pass over the
-  gradients, for a second copy of values and state in memory; the Parameters' views follow the current side.
-  Two dispatches.
+  registers); the update's last thread group to finish then copies the side read over the side written when
+  the flag is up (and otherwise does nothing), counting the step in ``skipped_steps``. The check thus costs no
+  extra pass over the gradients and no extra dispatch, for a second copy of values and state in memory; the
+  Parameters' views follow the current side. One dispatch.
 * ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
   gradient vectors holding a NaN/Inf, reduced on the GPU into the clip coefficient
   ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_). The sum of squares is kept
   scaled by a power of two (LAPACK's nrm2), so finite gradients whose norm, or its square, exceeds float32
   are clipped exactly, not mistaken for NaN/Inf; below 2^40 per element it is the plain sum, bit for bit.
-  With ``skip_nonfinite`` and ``double_buffer`` the update is then the double-buffered checked one above,
-  plus restore (three dispatches); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
+  With ``skip_nonfinite`` and ``double_buffer`` the update is then the double-buffered checked one above
+  (two dispatches); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
   gradients hold a NaN/Inf even with ``skip_nonfinite=False`` (their norm would be NaN).
 * ``skip_nonfinite`` with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the
   gradients that raises the flag, then the update in place, skipped when the flag is up. Two dispatches.
@@ -82,13 +82,12 @@ _CTL_RESULTS = 10      # steps whose in-place update wrote a NaN/Inf
 _CTL_LAYOUT = 16
 _CTL_GROUP_ENDS = 24   # one word per parameter group: its end vector
 _CTL_WORDS = _CTL_GROUP_ENDS + MAX_GROUPS + 3 * STATS_GROUPS
-RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
 # how a step checks its gradients (optimizer.slang's PASS_*)
 _PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK, _PASS_STATS_CHECK = 0, 1, 2, 3, 4
 _DOUBLE_BUFFERED = (_PASS_CHECK, _PASS_STATS_CHECK)   # passes whose update writes the other side
 # the kernels every optimiser shares (slang_lib/optim/optimizer.slang), by role
 _SHARED_KERNELS = {"stats": Kernel("optim/optimizer", "grad_stats"), "scan": Kernel("optim/optimizer", "nonfinite_scan"),
-                   "restore": Kernel("optim/optimizer", "nonfinite_restore"), "fill": Kernel("optim/optimizer", "fill")}
+                   "fill": Kernel("optim/optimizer", "fill")}
 
 
 class Optimizer(StateDict):
@@ -383,11 +382,7 @@ class Optimizer(StateDict):
                 arena.n_vec, encoder)
         for p in arena.params:   # zero-on-step: every gradient holds +0 after the update (skipped or not)
             p.mark_grad_zero()
-        if double:
-            side_vectors = arena.side_offset(1)
-            threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
-            self._kernel("restore", src, dst).set(arena=buffer, attempts=self._attempts,
-                                                  restore_threads=threads).dispatch(threads, encoder)
+        if double:   # (the update's last group undoes a non-finite step: the side written is current either way)
             arena.flip()
         if own:
             dev.submit(encoder)
@@ -424,14 +419,14 @@ class Optimizer(StateDict):
             p.flush_grad(encoder)
 
     def _kernel(self, role: str, src_side: int = 0, dst_side: int = 0) -> dev.BoundKernel:
-        """The kernel of ``role`` ("update", "update_unchecked", "stats", "scan", "restore" or "fill"), loaded and
-        bound on first use; an update or restore is bound to the arena sides it reads (``src_side``) and writes
+        """The kernel of ``role`` ("update", "update_unchecked", "stats", "scan" or "fill"), loaded and
+        bound on first use; an update is bound to the arena sides it reads (``src_side``) and writes
         (``dst_side``). "update_unchecked" is the update without the non-finite bookkeeping, for steps that
         check nothing."""
         bound = self._bound.get((role, src_side, dst_side))
         if bound is None:
             kernel = self.kernels[role].load()
-            sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith(("update", "restore")) else {}
+            sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith("update") else {}
             hyper = {"hyper": self._hyper} if role.startswith("update") else {}
             bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides, **hyper)
             self._bound[(role, src_side, dst_side)] = bound

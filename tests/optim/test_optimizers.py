@@ -174,8 +174,7 @@ def test_lr_change_every_step_without_recompiling():
         used = {role: bound.kernel for (role, _, _), bound in opt._bound.items()}
         kernels = kernels or used
         assert used == kernels, f"step {k} used kernels {used}, step 0 used {kernels}"
-    assert kernels == {"restore": Kernel("optim/optimizer", "nonfinite_restore").load(),
-                       "update": Kernel("optim/sgd", "sgd_step").load()}
+    assert kernels == {"update": Kernel("optim/sgd", "sgd_step").load()}   # (its last group undoes a bad step)
     for p, a, expected in zip(params, init, ref.params):
         assert_close(p.numpy(), expected, what="lr schedule", scale=a)
 
