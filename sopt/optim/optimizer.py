@@ -12,17 +12,19 @@ subnormal, but not every overflow they cause). Around the update, by options:
 * ``skip_nonfinite`` (the default), ``double_buffer=True`` (the default): the update reads values and state
   from one side of a double-buffered arena and writes them to the other, raising a flag when a gradient it
   reads, or a value or state it writes, holds a NaN/Inf (one more ``isfinite`` per float4 written, in
-  registers); the update's last thread group to finish then copies the side read over the side written when
-  the flag is up (and otherwise does nothing), counting the step in ``skipped_steps``. The check thus costs no
-  extra pass over the gradients and no extra dispatch, for a second copy of values and state in memory; the
-  Parameters' views follow the current side. One dispatch.
+  registers); then the side read is copied over the side written when the flag is up (and otherwise nothing
+  happens), counting the step in ``skipped_steps``: by the update's last thread group to finish on an arena of
+  at most UNDO_MAX_VECTORS float4 vectors (one dispatch), else by ``nonfinite_restore`` (two; the last group's
+  wait costs more GPU time on a large arena than a dispatch costs host time). The check thus costs no extra
+  pass over the gradients, for a second copy of values and state in memory; the Parameters' views follow the
+  current side.
 * ``max_grad_norm``: ``grad_stats`` first, the global gradient norm ``||g||_2`` and the count of float4
   gradient vectors holding a NaN/Inf, reduced on the GPU into the clip coefficient
   ``min(1, max_grad_norm / (||g||_2 + 1e-6))`` (torch.nn.utils.clip_grad_norm_). The sum of squares is kept
   scaled by a power of two (LAPACK's nrm2), so finite gradients whose norm, or its square, exceeds float32
   are clipped exactly, not mistaken for NaN/Inf; below 2^40 per element it is the plain sum, bit for bit.
   With ``skip_nonfinite`` and ``double_buffer`` the update is then the double-buffered checked one above
-  (two dispatches); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
+  (two dispatches, three on a large arena); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
   gradients hold a NaN/Inf even with ``skip_nonfinite=False`` (their norm would be NaN).
 * ``skip_nonfinite`` with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the
   gradients that raises the flag, then the update in place, skipped when the flag is up. Two dispatches.
@@ -84,10 +86,16 @@ _CTL_GROUP_ENDS = 24   # one word per parameter group: its end vector
 _CTL_WORDS = _CTL_GROUP_ENDS + MAX_GROUPS + 3 * STATS_GROUPS
 # how a step checks its gradients (optimizer.slang's PASS_*)
 _PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK, _PASS_STATS_CHECK = 0, 1, 2, 3, 4
+_PASS_UNDO = 8   # bit: the double-buffered update's last group undoes a non-finite step (no nonfinite_restore)
+# most float4 vectors of an arena whose update undoes itself: each of its groups then waits for its writes before
+# counting itself done (H100, Adam: +46 us at 2^24 vectors, 65536 groups, against the ~3 us of GPU time and ~15 us
+# of host time of nonfinite_restore's dispatch); 2^20 vectors (4M parameters) cost about that ~3 us
+UNDO_MAX_VECTORS = 1 << 20
+RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
 _DOUBLE_BUFFERED = (_PASS_CHECK, _PASS_STATS_CHECK)   # passes whose update writes the other side
 # the kernels every optimiser shares (slang_lib/optim/optimizer.slang), by role
 _SHARED_KERNELS = {"stats": Kernel("optim/optimizer", "grad_stats"), "scan": Kernel("optim/optimizer", "nonfinite_scan"),
-                   "fill": Kernel("optim/optimizer", "fill")}
+                   "restore": Kernel("optim/optimizer", "nonfinite_restore"), "fill": Kernel("optim/optimizer", "fill")}
 
 
 class Optimizer(StateDict):
@@ -275,6 +283,10 @@ class Optimizer(StateDict):
             return _PASS_NONE
         return _PASS_CHECK if double else _PASS_SCAN
 
+    def _undoes_itself(self) -> bool:
+        """Whether this step's update undoes a non-finite step itself (PASS_UNDO), without nonfinite_restore."""
+        return self._pass in _DOUBLE_BUFFERED and self.arena.n_vec <= UNDO_MAX_VECTORS
+
     def _n_stat_groups(self) -> int:
         # about four float4 vectors per thread before the grid-stride loop repeats
         return max(1, min(STATS_GROUPS, -(-self.arena.n_vec // (4 * THREADS))))
@@ -296,7 +308,8 @@ class Optimizer(StateDict):
             return key, None, fields
         n_vec = self.arena.n_vec
         words = np.zeros(_CTL_GROUP_ENDS - _CTL_LAYOUT + MAX_GROUPS, np.uint32)
-        words[0:4] = [n_vec, len(self.param_groups), self._pass, self._n_stat_groups()]
+        undo = _PASS_UNDO if self._undoes_itself() else 0
+        words[0:4] = [n_vec, len(self.param_groups), self._pass | undo, self._n_stat_groups()]
         words[4] = np.float32(self.max_grad_norm or 0.0).view(np.uint32)
         for logical, name in enumerate(self.state_names):
             if name in self._slots:
@@ -382,7 +395,12 @@ class Optimizer(StateDict):
                 arena.n_vec, encoder)
         for p in arena.params:   # zero-on-step: every gradient holds +0 after the update (skipped or not)
             p.mark_grad_zero()
-        if double:   # (the update's last group undoes a non-finite step: the side written is current either way)
+        if double:
+            if not self._undoes_itself():
+                side_vectors = arena.side_offset(1)
+                threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
+                self._kernel("restore", src, dst).set(arena=buffer, attempts=self._attempts,
+                                                      restore_threads=threads).dispatch(threads, encoder)
             arena.flip()
         if own:
             dev.submit(encoder)
@@ -419,14 +437,14 @@ class Optimizer(StateDict):
             p.flush_grad(encoder)
 
     def _kernel(self, role: str, src_side: int = 0, dst_side: int = 0) -> dev.BoundKernel:
-        """The kernel of ``role`` ("update", "update_unchecked", "stats", "scan" or "fill"), loaded and
-        bound on first use; an update is bound to the arena sides it reads (``src_side``) and writes
+        """The kernel of ``role`` ("update", "update_unchecked", "stats", "scan", "restore" or "fill"), loaded and
+        bound on first use; an update or restore is bound to the arena sides it reads (``src_side``) and writes
         (``dst_side``). "update_unchecked" is the update without the non-finite bookkeeping, for steps that
         check nothing."""
         bound = self._bound.get((role, src_side, dst_side))
         if bound is None:
             kernel = self.kernels[role].load()
-            sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith("update") else {}
+            sides = {"src_side": src_side, "dst_side": dst_side} if role.startswith(("update", "restore")) else {}
             hyper = {"hyper": self._hyper} if role.startswith("update") else {}
             bound = dev.BoundKernel(kernel, **({} if role == "fill" else {"ctl": self._ctl}), **sides, **hyper)
             self._bound[(role, src_side, dst_side)] = bound

@@ -10,6 +10,7 @@ import pytest
 import sopt
 from sopt.device import dispatch_count
 from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
+from sopt.optim import optimizer as optimizer_module
 from tests.optim.reference import ReferenceOptimizer
 
 ALL = [SGD, Adam, AdamW, RMSprop, Adagrad]
@@ -51,6 +52,22 @@ def test_dispatches_per_step_do_not_depend_on_parameter_count(skip_nonfinite, ma
         opt.step()
         counts.append(dispatch_count() - before)
     assert counts == [expected, expected]
+
+
+def test_a_large_arena_is_undone_by_its_own_dispatch(monkeypatch):
+    # above UNDO_MAX_VECTORS float4 vectors the double-buffered checked step adds nonfinite_restore's dispatch
+    monkeypatch.setattr(optimizer_module, "UNDO_MAX_VECTORS", 24)
+    counts = []
+    for n in (96, 100):   # 24 and 25 vectors
+        p = sopt.Parameter(np.ones(n, np.float32))
+        opt = Adam([p], lr=0.01)
+        p.set_grad(np.full(n, np.nan, np.float32))
+        before = dispatch_count()
+        opt.step()
+        counts.append(dispatch_count() - before)
+        np.testing.assert_array_equal(p.numpy(), 1.0)   # skipped: values as they were
+        assert opt.skipped_steps == 1
+    assert counts == [1, 2]
 
 
 def test_hundred_parameters_all_updated_in_one_step():
@@ -114,11 +131,14 @@ def test_nonfinite_step_changes_nothing(cls, double_buffer):
         np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("double_buffer", [True, False])
-def test_nonfinite_found_anywhere_across_steps_and_passes(double_buffer):
+@pytest.mark.parametrize("double_buffer,undo_in_update", [(True, True), (True, False), (False, False)])
+def test_nonfinite_found_anywhere_across_steps_and_passes(double_buffer, undo_in_update, monkeypatch):
     """A NaN/Inf at either end of an arena of several thread groups skips exactly its step, on both parities of
     the non-finite flags and when steps alternate with clipping steps (the statistics pass) and unchecked ones
-    (in place, so that a double-buffered arena changes sides on some steps only)."""
+    (in place, so that a double-buffered arena changes sides on some steps only). A double-buffered step is undone
+    by its update's last group (small arenas) or by nonfinite_restore (UNDO_MAX_VECTORS lowered to 0)."""
+    if not undo_in_update:
+        monkeypatch.setattr(optimizer_module, "UNDO_MAX_VECTORS", 0)
     rng = np.random.default_rng(11)
     x = rng.standard_normal(20003).astype(np.float32)   # 5001 float4 vectors: 5 groups of the scan pass
     p = sopt.Parameter(x)
