@@ -48,8 +48,9 @@ networks are the same). Data: 2D, the generated ``--size`` image (PSNR over ever
 of the unit cube with the smooth 3-channel target ``cube_target`` (PSNR over 2^16 other points). tiny-cuda-nn's
 benchmark (benchmarks/tcnn) trains on uniform random inputs and targets, pre-generated on the GPU (timing only, no
 PSNR) and reports GPU-timeline ms/step (CUDA events); sopt's and PyTorch's ms/step are wall clock with the GPU
-synchronised at both ends and include drawing each batch from the data set on the GPU. Timed steps per batch:
-``--steps`` or ``issue21_steps`` (1000 at 2^14, 256 at 2^18, 100 at 2^20), after ``--warmup`` untimed ones. The
+synchronised at both ends and include drawing each batch from the data set on the GPU: the median of 5 rounds'
+means (``time_steps_budget``). Timed steps per batch, over the rounds together: ``--steps`` or ``issue21_steps``
+(1000 at 2^14, 256 at 2^18, 100 at 2^20), after ``--warmup`` untimed ones. The
 table gives ms/step and the ratios sopt / tiny-cuda-nn (above 1: sopt slower) and PyTorch / sopt.
 
 Run: SOPT_DEVICE=cuda python3 benchmarks/neural_field.py [--steps 1000] [--batches 14,18] [--quick] [--deterministic]
@@ -357,9 +358,12 @@ def sopt_field_network(network: str, dims: int, seed: int = 0, deterministic: bo
 
 
 def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: int, warmup: int,
-                      max_seconds: float) -> tuple[float, int]:
-    """(seconds per step, steps timed): ``steps`` timed steps after ``warmup`` untimed ones and 5 untimed probe steps,
-    fewer (but at least 10) where the probe says ``steps`` would take longer than ``max_seconds``."""
+                      max_seconds: float, rounds: int = 5) -> tuple[float, int]:
+    """(seconds per step, steps timed): ``steps`` timed steps after ``warmup`` untimed ones and 5 untimed probe
+    steps, fewer (but at least 10) where the probe says ``steps`` would take longer than ``max_seconds``, timed in
+    ``rounds`` rounds; the median round's mean. A round's mean is a pipelined step's cost (the host records step
+    k + 1 while the GPU runs step k); the median keeps a burst of host interference on the lent machines out of it
+    (a host-bound 2^14 step read 0.13 ms in one run and 0.23 ms in another, its code unchanged)."""
     for _ in range(warmup):
         step()
     sync()
@@ -368,8 +372,9 @@ def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: 
         step()
     sync()
     probe = (time.perf_counter() - t) / 5
-    n = min(steps, max(10, int(max_seconds / max(probe, 1e-9))))
-    return time_steps(step, sync, n, 0), n
+    n = max(1, min(steps, max(10, int(max_seconds / max(probe, 1e-9)))) // rounds)
+    per_round = sorted(time_steps(step, sync, n, 0) for _ in range(rounds))
+    return per_round[len(per_round) // 2], n * rounds
 
 
 def run_sopt_field(network: str, dims: int, data: FieldData, batch: int, steps: int, warmup: int,
