@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 import slangpy as spy
 
-from sopt.device import get_device
+from sopt.device import get_device, submit
 from sopt.validation import as_float32_array
 
 _unnamed = itertools.count()
@@ -162,7 +162,7 @@ class Parameter:
             encoder = get_device().create_command_encoder()
         source.flush(encoder)
         if own:
-            get_device().submit_command_buffer(encoder.finish())
+            submit(encoder)
 
     def _rebind(self, sides: list[spy.Tensor], grads: spy.Tensor, owner: Any) -> None:
         """Point this parameter at an arena's storage: its values on each side, its gradient."""
@@ -210,12 +210,11 @@ class Parameter:
         if self._pending is None:
             self._grads.copy_from_numpy(array)
             return
-        device = get_device()
-        encoder = device.create_command_encoder()
+        encoder = get_device().create_command_encoder()
         self.flush_grad(encoder)
         encoder.upload_buffer_data(self._grads.storage, 4 * int(self._grads.offset),
                                    np.ascontiguousarray(array, np.float32).reshape(-1))
-        device.submit_command_buffer(encoder.finish())
+        submit(encoder)
 
 
 def parameters_of(obj: Any) -> list[Parameter]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import slangpy as spy
 
-from sopt.device import get_device
+from sopt.device import get_device, submit
 from sopt.parameter import Parameter
 
 VECTOR = 4  # elements per float4
@@ -109,7 +109,7 @@ class ParameterArena:
             for k, fill in enumerate(fills):
                 encoder.upload_buffer_data(new, first + kept + k * block_bytes, np.asarray(fill, np.float32))
         if own:
-            device.submit_command_buffer(encoder.finish())
+            submit(encoder)
         self._bind_views()
 
     def _bind_views(self) -> None:
