@@ -2,8 +2,8 @@
 so its default applies).
 
 Values are TOML literals (``0.1``, ``true``, ``"text"``, ``[1, 2]``, ``{k = 1}``); a bare word that is no TOML
-literal (``SGD``, ``ReLU``, a path ``/data/photo.jpg`` or ``./photo.jpg``) is that string. A ``=`` key must already be in the config (else it is a typo: the
-error suggests the nearest key), a ``+`` key must not be. Applying an override to a section that changes its
+literal (``SGD``, ``ReLU``, a path ``/data/photo.jpg`` or ``./photo.jpg``) is that string. A ``=`` key must
+already be in the config (else it is a typo: the error suggests the nearest key), a ``+`` key must not be. Applying an override to a section that changes its
 ``otype`` drops the section's other keys, as a config file naming another otype would: ``optimizer.otype=SGD``
 gives SGD's defaults. Every problem is one :class:`~sopt.config.schema.ConfigError` line naming the override.
 """

@@ -506,8 +506,8 @@ class HashGridEncoding(Module):
         else:
             target = dict(zip(("fixed", "max_at", "shift_base"), fixed))
         bound.set_members(
-            "call", x=x_at[0], x_off=x_at[1], x_stride=x_at[2], dy=dy_at[0], dy_off=dy_at[1], dy_stride=dy_at[2], dy_col=dy_at[3], n=n,
-            per_group=-(-n // groups), **target).dispatch(groups * COARSE_THREADS, encoder)
+            "call", x=x_at[0], x_off=x_at[1], x_stride=x_at[2], dy=dy_at[0], dy_off=dy_at[1], dy_stride=dy_at[2],
+            dy_col=dy_at[3], n=n, per_group=-(-n // groups), **target).dispatch(groups * COARSE_THREADS, encoder)
         return coarse
 
     def __repr__(self) -> str:

@@ -19,8 +19,8 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
 4. backward, weights: per layer dW_j = sum_n dz_j[n] a_j[n]^T / S as half MMAs over the batch with float32
    accumulation (each group sums its share of the tiles in registers and writes its sums to a row of partial
    sums), and db_j = sum_n dz_j[n] / S (the product with a column of ones), every layer in one dispatch (its y
-   is the layer: a dispatch costs ~15 us of host time, which bounds small batches); ``tcmlp_reduce`` adds the rows in a
-   fixed order, so the gradients are the same bits on every run (no float atomics).
+   is the layer: a dispatch costs ~15 us of host time, which bounds small batches); ``tcmlp_reduce`` adds the
+   rows in a fixed order, so the gradients are the same bits on every run (no float atomics).
 
 Precision: outputs within ~1e-3 relative of FullyFusedMLP's float32 ones. The gradients are those of this
 half-precision forward, exact to ~1e-3 for its own activation states, which are not always float32's: a ReLU
@@ -141,8 +141,8 @@ def packed_shapes(in_features: int, hidden_features: int, hidden_layers: int,
 
 def pack_reference(flat: np.ndarray, in_features: int, hidden_features: int, hidden_layers: int,
                    out_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """What the forward's group 0 writes to the packed buffers, in numpy: (the half weights, layers back to back, each O_j x K_j row-major;
-    the float32 biases, O_j per layer), zero-padded."""
+    """What the forward's group 0 writes to the packed buffers, in numpy: (the half weights, layers back to back,
+    each O_j x K_j row-major; the float32 biases, O_j per layer), zero-padded."""
     layers, _ = flat_layout(in_features, hidden_features, hidden_layers, out_features)
     weights, biases = [], []
     for (i_pad, i_log, o, off), (o16, k16) in zip(layers, packed_shapes(in_features, hidden_features, hidden_layers,

@@ -24,8 +24,8 @@ subnormal, but not every overflow they cause). Around the update, by options:
   scaled by a power of two (LAPACK's nrm2), so finite gradients whose norm, or its square, exceeds float32
   are clipped exactly, not mistaken for NaN/Inf; below 2^40 per element it is the plain sum, bit for bit.
   With ``skip_nonfinite`` and ``double_buffer`` the update is then the double-buffered checked one above
-  (two dispatches, three on a large arena); otherwise it runs in place (two), and ``grad_stats`` skips a step whose
-  gradients hold a NaN/Inf even with ``skip_nonfinite=False`` (their norm would be NaN).
+  (two dispatches, three on a large arena); otherwise it runs in place (two), and ``grad_stats`` skips a step
+  whose gradients hold a NaN/Inf even with ``skip_nonfinite=False`` (their norm would be NaN).
 * ``skip_nonfinite`` with ``double_buffer=False``: ``nonfinite_scan`` first, a read-only pass over the
   gradients that raises the flag, then the update in place, skipped when the flag is up. Two dispatches.
 
