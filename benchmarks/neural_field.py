@@ -34,6 +34,9 @@ input dimension (``--dims 2,3``) and batch (``--batches 14,18,20``):
   fused; 3D: 72 features, whose first layer the fused kernels run in two chunks of columns; an input beyond
   their 512 features would be timed on the ``sopt.nn.MLP`` layers instead, labelled so).
 
+``--cuda-graph on`` (or ``both``) times sopt's steps replayed from a CUDA graph (``Trainer(cuda_graph=True)``: two
+steps per launch, as tiny-cuda-nn's classic kernels replay a graph per step), rows labelled ``...-graph``.
+
 ``--mlp fp16`` (or ``both``, each sopt network twice) builds sopt's MLP as ``TensorCoreMLP`` (CUDA only: half
 operands on tensor cores, float32 accumulation and master weights, as tiny-cuda-nn's FullyFusedMLP) instead of
 the float32 ``FullyFusedMLP`` (``--mlp fp32``, the default): ``Sequential(HashGridEncoding, TensorCoreMLP)`` and
@@ -302,14 +305,15 @@ def mlp_layers(state: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarra
     return [(np.asarray(state[f"{k}.weight"]), np.asarray(state[f"{k}.bias"])) for k in ks]
 
 
-def network_label(network: str, mlp: str) -> str:
-    """The table's name of issue 21's ``network`` with sopt's MLP in precision ``mlp``: ``"hashgrid"`` (fp32) or
-    ``"hashgrid-fp16"``."""
-    return network if mlp == "fp32" else f"{network}-{mlp}"
+def network_label(network: str, mlp: str, graph: bool = False) -> str:
+    """The table's name of issue 21's ``network`` with sopt's MLP in precision ``mlp``, its steps replayed from a
+    CUDA graph or not: ``"hashgrid"`` (fp32), ``"hashgrid-fp16"``, ``"hashgrid-fp16-graph"``."""
+    return (network if mlp == "fp32" else f"{network}-{mlp}") + ("-graph" if graph else "")
 
 
 def base_network(label: str) -> str:
     """Issue 21's network of a table label (``network_label``'s inverse): what tiny-cuda-nn and PyTorch ran."""
+    label = label.removesuffix("-graph")
     for mlp in MLP_PRECISIONS[1:]:
         label = label.removesuffix(f"-{mlp}")
     return label
@@ -378,16 +382,25 @@ def time_steps_budget(step: Callable[[], Any], sync: Callable[[], None], steps: 
 
 
 def run_sopt_field(network: str, dims: int, data: FieldData, batch: int, steps: int, warmup: int,
-                   max_seconds: float, seed: int = 0, mlp: str = "fp32") -> tuple[dict[str, Any], SoptField]:
-    """Times sopt's training step of issue 21's ``network`` with its MLP in precision ``mlp``; the row (its
-    ``network`` is ``network_label(network, mlp)``) and the network built (PyTorch starts from its initial arrays,
-    read before training)."""
+                   max_seconds: float, seed: int = 0, mlp: str = "fp32",
+                   graph: bool = False) -> tuple[dict[str, Any], SoptField]:
+    """Times sopt's training step of issue 21's ``network`` with its MLP in precision ``mlp``, recorded every step
+    or (``graph``) replayed from a CUDA graph (``Trainer(cuda_graph=True)``, timed two steps per call, as one
+    replay runs them); the row (its ``network`` is ``network_label(network, mlp, graph)``) and the network built
+    (PyTorch starts from its initial arrays, read before training)."""
     field = sopt_field_network(network, dims, seed, mlp=mlp)
     opt = Adam(field.model.parameters(), lr=1e-2)
     sampler = BatchSampler(data.coords, data.targets, batch_size=batch, seed=seed)
-    trainer = Trainer(field.model, MSELoss(), opt, sampler, progress=False, log_every=10**9)
-    per_step, timed = time_steps_budget(trainer.train_step, dev.synchronize, steps, warmup, max_seconds)
-    row = {"framework": field.label, "network": network_label(network, mlp), "dims": dims, "batch": batch,
+    trainer = Trainer(field.model, MSELoss(), opt, sampler, progress=False, log_every=10**9, cuda_graph=graph)
+    if graph:
+        trainer.train_steps(4)   # the capture (4 steps: a period checked, a period captured)
+        per_pair, timed = time_steps_budget(lambda: trainer.train_steps(2), dev.synchronize, -(-steps // 2),
+                                            -(-warmup // 2), max_seconds)
+        per_step, timed = per_pair / 2, 2 * timed
+    else:
+        per_step, timed = time_steps_budget(trainer.train_step, dev.synchronize, steps, warmup, max_seconds)
+    label = field.label + (" graph" if graph else "")
+    row = {"framework": label, "network": network_label(network, mlp, graph), "dims": dims, "batch": batch,
            "ms_per_step": per_step * 1e3, "timed_steps": timed, "trained_steps": trainer.step,
            "psnr": sopt_eval_psnr(field.model, data.eval_coords, data.eval_targets), "seed": seed}
     return row, field
@@ -521,6 +534,7 @@ def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
     dims_list = [int(d) for d in args.dims.split(",")]
     networks = args.networks.split(",")
     mlps = list(MLP_PRECISIONS) if args.mlp == "both" else [args.mlp]
+    graphs = {"off": [False], "on": [True], "both": [False, True]}[args.cuda_graph]
     batches = [1 << int(b) for b in args.batches.split(",")]
     steps = [args.steps if args.steps else issue21_steps(b) for b in batches]
     tcnn_note = tcnn_runner.unavailable() if args.tcnn else None
@@ -550,15 +564,15 @@ def main_issue21(args: argparse.Namespace, torch: Any, has_torch: bool) -> None:
         for network in networks:
             for batch, n_steps in zip(batches, steps):
                 field = None   # the network PyTorch starts from: the first precision's (the same initial weights)
-                for mlp in mlps:
+                for mlp, graph in [(m, g) for m in mlps for g in graphs]:
                     t = time.perf_counter()
                     try:
                         row, built = run_sopt_field(network, dims, data, batch, n_steps, args.warmup,
-                                                    args.max_seconds, mlp=mlp)
+                                                    args.max_seconds, mlp=mlp, graph=graph)
                     except ValueError as e:   # TensorCoreMLP's 80 inputs
                         if mlp == "fp32":
                             raise
-                        print(f"  sopt {network_label(network, mlp)} {dims}D: not run ({e})", flush=True)
+                        print(f"  sopt {network_label(network, mlp, graph)} {dims}D: not run ({e})", flush=True)
                         continue
                     field = field or built
                     rows.append(row)
@@ -619,6 +633,10 @@ def main() -> None:
     ap.add_argument("--mlp", choices=(*MLP_PRECISIONS, "both"), default="fp32",
                     help="issue21: sopt's MLP in float32 (FullyFusedMLP, the default), fp16 (TensorCoreMLP: half "
                          "operands on tensor cores, CUDA only) or both, rows labelled hashgrid / hashgrid-fp16")
+    ap.add_argument("--cuda-graph", choices=("off", "on", "both"), default="off",
+                    help="issue21: sopt's steps recorded every step (off, the default), replayed from a CUDA graph "
+                         "(on: Trainer(cuda_graph=True); tiny-cuda-nn's classic kernels replay one too) or both, "
+                         "rows labelled hashgrid-fp16 / hashgrid-fp16-graph")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.table == "image":

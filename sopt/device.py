@@ -446,9 +446,11 @@ class BoundKernel:
         ``(x, y)`` for a 2-D grid of threads (CUDA starts the thread groups of one y before the next y's, x fastest)."""
         global _dispatches
         _dispatches += 1
+        if _capture_log is not None:   # sopt.cuda_graph compares what successive calls record
+            _capture_log.append(("dispatch", self.kernel, threads, _snapshot(self._values)))
         own = encoder is None
         if own:
-            encoder = get_device().create_command_encoder()
+            encoder = create_command_encoder()
         compute = encoder.begin_compute_pass()
         compute.bind_pipeline(self.kernel.pipeline, self._root)
         compute.dispatch([threads, 1, 1] if isinstance(threads, int) else [threads[0], threads[1], 1])
@@ -494,15 +496,93 @@ def dispatch_count() -> int:
     return _dispatches
 
 
+def create_command_encoder() -> spy.CommandEncoder:
+    """A command encoder for sopt's kernels: the device's, or while :mod:`sopt.cuda_graph` captures, the capture
+    device's (on the same CUDA context), whose submissions go into the graph."""
+    capture = _capture_target
+    return (capture[0] if capture is not None else get_device()).create_command_encoder()
+
+
 def submit(encoder: spy.CommandEncoder) -> None:
     """Submit the commands recorded in ``encoder``; the host does not wait for them. On a device sharing torch's
-    CUDA context they run on torch's current stream, ordered with torch's own work without a host wait."""
+    CUDA context they run on torch's current stream, ordered with torch's own work without a host wait. While
+    :mod:`sopt.cuda_graph` captures, they are recorded into the graph instead (``encoder`` from
+    :func:`create_command_encoder`)."""
+    capture = _capture_target
+    if capture is not None:
+        device, stream = capture
+        handle = spy.NativeHandle.from_cuda_stream(stream) if stream is not None else None
+        device.submit_command_buffer(encoder.finish(), **({"cuda_stream": handle} if handle is not None else {}))
+        return
     device = get_device()
     if _torch_index is not None:
         stream = _torch_stream(_torch_index)
         device.submit_command_buffer(encoder.finish(), cuda_stream=spy.NativeHandle.from_cuda_stream(stream))
         return
     device.submit_command_buffer(encoder.finish())
+
+
+def upload(encoder: spy.CommandEncoder, buffer: spy.Buffer, offset: int, data: Any) -> None:
+    """Record the write of host array ``data`` into ``buffer`` at byte ``offset`` (the values at this call are
+    the ones written, whenever the GPU runs it); noted for :mod:`sopt.cuda_graph`'s checks, since a graph replays
+    the bytes it captured."""
+    if _capture_log is not None:
+        _capture_log.append(("upload", buffer, int(offset), bytes(memoryview(data).cast("B"))))
+    encoder.upload_buffer_data(buffer, offset, data)
+
+
+def stream_handle() -> int:
+    """The CUDA stream sopt's submissions run on: torch's current stream on a device sharing torch's context,
+    else 0 (the CUDA device's default stream)."""
+    return _torch_stream(_torch_index) if _torch_index is not None else 0
+
+
+# sopt.cuda_graph's capture state: (capture device, stream) that create_command_encoder/submit use while it
+# captures, and the log of what each dispatch and upload was given, or None when not capturing / checking
+_capture_target: tuple[spy.Device, int | None] | None = None
+_capture_log: list[tuple[Any, ...]] | None = None
+_graph_launches = 0   # CUDA graphs launched so far (work the host did not record: host-side mirrors re-sync)
+
+
+def graph_launches() -> int:
+    """CUDA graphs launched so far by :mod:`sopt.cuda_graph` (objects that mirror a GPU counter on the host, such
+    as BatchSampler's step, rewrite it after a launch)."""
+    return _graph_launches
+
+
+def _snapshot(values: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments a dispatch was recorded with, comparable between two dispatches: numbers by value, objects
+    (buffers, tensors) by identity, kept alive by the tuple itself (a graph replays their addresses)."""
+    return tuple((k, _argument(v)) for k, v in sorted(values.items(), key=lambda kv: str(kv[0])))
+
+
+def _argument(v: Any) -> Any:
+    if isinstance(v, dict):
+        return _snapshot(v)
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (tuple, list)):
+        return tuple(_argument(x) for x in v)
+    if hasattr(v, "dtype") and hasattr(v, "tobytes"):   # a numpy array or scalar: its bytes
+        return (str(v.dtype), getattr(v, "shape", ()), v.tobytes())
+    return _Same(v)
+
+
+class _Same:
+    """An argument object compared by identity (and kept alive)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __repr__(self) -> str:
+        return f"{type(self.obj).__name__}@{id(self.obj):#x}"
 
 
 def _torch_stream(index: int) -> int:
@@ -520,6 +600,6 @@ def synchronize() -> None:
 
 __all__: Sequence[str] = (
     "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
-    "device_kind", "disk_cache", "dispatch_count", "get_device", "kernels_used", "slang_lib_path", "submit",
-    "synchronize", "torch_device_index",
+    "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device", "graph_launches",
+    "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize", "torch_device_index", "upload",
 )

@@ -241,6 +241,8 @@ def _check_positional(function: Function, count: int) -> None:
 
 
 def _run(node: FunctionNode, encoder: spy.CommandEncoder | None, args: tuple, kwargs: dict[str, Any]) -> None:
+    if dev._capture_log is not None:   # sopt.cuda_graph compares what successive calls record
+        dev._capture_log.append(("call", node, dev._snapshot({**dict(enumerate(args)), **kwargs})))
     if encoder is None:
         node(*args, **kwargs)
     else:

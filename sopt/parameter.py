@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 import slangpy as spy
 
-from sopt.device import get_device, submit
+from sopt.device import create_command_encoder, get_device, submit
 from sopt.validation import as_float32_array
 
 _unnamed = itertools.count()
@@ -159,7 +159,7 @@ class Parameter:
         self._grad_zero_from = self._size   # the flush adds into every element
         own = encoder is None
         if own:
-            encoder = get_device().create_command_encoder()
+            encoder = create_command_encoder()
         source.flush(encoder)
         if own:
             submit(encoder)
@@ -210,7 +210,7 @@ class Parameter:
         if self._pending is None:
             self._grads.copy_from_numpy(array)
             return
-        encoder = get_device().create_command_encoder()
+        encoder = create_command_encoder()
         self.flush_grad(encoder)
         encoder.upload_buffer_data(self._grads.storage, 4 * int(self._grads.offset),
                                    np.ascontiguousarray(array, np.float32).reshape(-1))

@@ -220,7 +220,7 @@ class Tape:
         if self._submitted or self._backward_done:
             self.reset()
         if self.encoder is None:
-            self.encoder = dev.get_device().create_command_encoder()
+            self.encoder = dev.create_command_encoder()
         self._recording = True
         _stack.append(self)
         return self
@@ -436,10 +436,10 @@ class Tape:
             else:
                 if info.grad_ready:
                     scratch = self._pool.take(t.shape.as_tuple(), False)
-                    enc.upload_buffer_data(scratch.storage, 4 * scratch.offset, np.ascontiguousarray(g))
+                    dev.upload(enc, scratch.storage, 4 * scratch.offset, np.ascontiguousarray(g))
                     add_into(enc, scratch, t.grad)
                 else:
-                    enc.upload_buffer_data(t.grad.storage, 4 * t.grad.offset, np.ascontiguousarray(g))
+                    dev.upload(enc, t.grad.storage, 4 * t.grad.offset, np.ascontiguousarray(g))
             info.grad_ready = True
         self._backward_done = True
         for node in reversed(self.nodes):
@@ -578,7 +578,7 @@ def record(name: str, forward: Callable[[spy.CommandEncoder], None],
     if tape is not None:
         tape.record(name, forward, backward, **arrays)
         return
-    encoder = dev.get_device().create_command_encoder()
+    encoder = dev.create_command_encoder()
     forward(encoder)
     dev.submit(encoder)
 

@@ -68,11 +68,11 @@ class GradientAllReduce:
         dev.submit(tape.encoder)
         if self.on_gpu:
             self._reduce_on_gpu(self._gradient_view(arena))
-            tape.encoder = dev.get_device().create_command_encoder()
+            tape.encoder = dev.create_command_encoder()
         else:
             dev.synchronize()
             reduced = self._reduce_on_host(arena.grads.to_numpy().astype(np.float32, copy=False))
-            tape.encoder = dev.get_device().create_command_encoder()
+            tape.encoder = dev.create_command_encoder()
             tape.encoder.upload_buffer_data(arena.buffer, 0, reduced)   # the gradient block starts the buffer
         self.calls += 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import slangpy as spy
 
+from sopt import device as dev
 from sopt.device import get_device
 
 SLOT_WORDS = 4   # regression.slang: [0] loss (float bits), [1] non-finite targets, [2] groups finished
@@ -14,20 +15,25 @@ class ResultRing:
     """``slots`` result slots in one small device buffer, handed out in turn, one per loss evaluation.
 
     A slot is reused ``slots`` evaluations later, so a LossValue can be read until then without any
-    allocation per evaluation.
+    allocation per evaluation. One more slot, after them, serves every evaluation recorded while
+    :mod:`sopt.cuda_graph` captures: a replayed evaluation writes where it was captured, so a LossValue of a
+    captured step reads the latest replay's value.
     """
 
     def __init__(self, slots: int = 1024) -> None:
         self.slots = slots
         self.buffer = get_device().create_buffer(
-            size=4 * SLOT_WORDS * slots, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
-            data=np.zeros(SLOT_WORDS * slots, np.uint32))
+            size=4 * SLOT_WORDS * (slots + 1),
+            usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access,
+            data=np.zeros(SLOT_WORDS * (slots + 1), np.uint32))
         self.issued = 0
 
     def next(self) -> tuple[int, int]:
         """(slot, serial) for a new evaluation."""
         serial = self.issued
         self.issued += 1
+        if dev._capture_log is not None:   # captured (or the period it is checked against): the graph's slot
+            return self.slots, serial
         return serial % self.slots, serial
 
     def read(self, slot: int, serial: int, what: str) -> tuple[float, int]:

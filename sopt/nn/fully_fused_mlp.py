@@ -410,7 +410,7 @@ class FullyFusedMLP(Module):
         scratch = [b["d0"], b["d1"]]
         own = encoder is None
         if own:
-            encoder = dev.get_device().create_command_encoder()
+            encoder = dev.create_command_encoder()
         saved = call[1]
         n_pad = -(-n // TS) * TS
         for j in range(L - 1 if self._fold_top else L, -1, -1):

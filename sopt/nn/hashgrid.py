@@ -12,7 +12,7 @@ from pydantic import Field
 
 from sopt import init
 from sopt.config.registry import ComponentConfig, register
-from sopt.device import get_device, multiprocessor_count, submit
+from sopt.device import create_command_encoder, get_device, multiprocessor_count, submit
 from sopt import grad_max
 from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
 from sopt.kernel import Kernel, dummy_buffer
@@ -385,7 +385,7 @@ class HashGridEncoding(Module):
         # every pass in one command buffer, whoever submits it
         own = encoder is None
         if own:
-            encoder = get_device().create_command_encoder()
+            encoder = create_command_encoder()
         # float16 sums an earlier backward left pending (scaled by its own S) are converted first: before this
         # call's pass 1, which uses the M slot their conversion clears. This call only adds into the gradient.
         self.table.flush_grad(encoder)

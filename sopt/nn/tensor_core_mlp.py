@@ -292,7 +292,7 @@ class TensorCoreMLP(Module):
         y, p = b["y"], self.params.values
         own = encoder is None
         if own:
-            encoder = dev.get_device().create_command_encoder()
+            encoder = dev.create_command_encoder()
         x_row, x_col = x.strides.as_tuple()
         self._kernel(self._forward[int(self.training)], n).set_members(
             "call", tc_params=p.storage, params_off=p.offset, tc_x=x.storage, x_off=x.offset, x_row=x_row, x_col=x_col,
@@ -313,7 +313,7 @@ class TensorCoreMLP(Module):
                              "run FrequencyEncoding before TensorCoreMLP in a sopt.nn.Sequential for it")
         own = encoder is None
         if own:
-            encoder = dev.get_device().create_command_encoder()
+            encoder = dev.create_command_encoder()
         dx = x.grad if want_dx else y.grad   # unused without want_dx (a buffer must be bound)
         x_row, x_col = x.strides.as_tuple()
         dx_row, dx_col = dx.strides.as_tuple() if want_dx else (0, 0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import slangpy as spy
 
-from sopt.device import get_device, submit
+from sopt.device import create_command_encoder, get_device, submit
 from sopt.parameter import Parameter
 
 VECTOR = 4  # elements per float4
@@ -95,7 +95,7 @@ class ParameterArena:
         device = get_device()
         own = encoder is None
         if own:
-            encoder = device.create_command_encoder()
+            encoder = create_command_encoder()
         old, block_bytes, vector_bytes = self.storage, self.n_elements * 4, VECTOR * 4
         old_side = self.values_vec(self.side) * vector_bytes
         self.n_slots, self.double, self.side = n_slots, double, 0

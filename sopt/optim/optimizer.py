@@ -81,6 +81,7 @@ SCAN_PER_THREAD = 4    # float4 gradient vectors per thread of the non-finite sc
 # control-buffer word offsets (see optimizer.slang)
 _CTL_SKIPPED = 3
 _CTL_RESULTS = 10      # steps whose in-place update wrote a NaN/Inf
+_CTL_ATTEMPTS = 11     # step() calls so far: word 11 + p before a step of parity p (the update writes the other)
 _CTL_LAYOUT = 16
 _CTL_GROUP_ENDS = 24   # one word per parameter group: its end vector
 _CTL_WORDS = _CTL_GROUP_ENDS + MAX_GROUPS + 3 * STATS_GROUPS
@@ -196,7 +197,7 @@ class Optimizer(StateDict):
         self._skipped_seen = 0
         self._results_seen = 0
         # kernels loaded so far, by role and the (src_side, dst_side) they are bound to: one per direction, so
-        # that a step only writes the arguments that change every step (attempts); all bound to _bound_buffer
+        # that a step only writes the arguments that change every step (the parity); all bound to _bound_buffer
         self._bound: dict[tuple[str, int, int], dev.BoundKernel] = {}
         self._bound_buffer: spy.Buffer | None = None
 
@@ -351,7 +352,7 @@ class Optimizer(StateDict):
         if link is not None:
             link.check_encoder(not own)
         if own:
-            encoder = dev.get_device().create_command_encoder()
+            encoder = dev.create_command_encoder()
         if link is not None:
             link.before_step(encoder)   # torch gradients (and values torch changed) into the arena
         self._ensure_states(encoder=encoder)
@@ -372,12 +373,12 @@ class Optimizer(StateDict):
         key, words, fields = self._layout()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
-            encoder.upload_buffer_data(self._ctl, 4 * _CTL_LAYOUT, words)
+            dev.upload(encoder, self._ctl, 4 * _CTL_LAYOUT, words)
             records = self._hyper_records(update, fields)
             if self._hyper is None:
                 self._hyper = dev.get_device().create_buffer(
                     size=records.nbytes, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
-            encoder.upload_buffer_data(self._hyper, 0, records)
+            dev.upload(encoder, self._hyper, 0, records)
             self._layout_key = key
         self._attempts += 1
         arena.version += 1   # every parameter's values change (sopt.Tape's check)
@@ -387,11 +388,11 @@ class Optimizer(StateDict):
             self._kernel("stats").set(arena=buffer).dispatch(self._n_stat_groups() * THREADS, encoder)
         elif check == _PASS_SCAN:
             n_groups = -(-arena.n_vec // (SCAN_PER_THREAD * THREADS))
-            self._kernel("scan").set(arena=buffer, attempts=self._attempts).dispatch(n_groups * THREADS, encoder)
+            self._kernel("scan").set(arena=buffer, parity=self._attempts % 2).dispatch(n_groups * THREADS, encoder)
         if fold is None:
-            self._kernel(update, src, dst).set(arena=buffer, attempts=self._attempts).dispatch(arena.n_vec, encoder)
+            self._kernel(update, src, dst).set(arena=buffer, parity=self._attempts % 2).dispatch(arena.n_vec, encoder)
         else:
-            self._kernel(update + "_fold", src, dst).set(arena=buffer, attempts=self._attempts, fold=fold).dispatch(
+            self._kernel(update + "_fold", src, dst).set(arena=buffer, parity=self._attempts % 2, fold=fold).dispatch(
                 arena.n_vec, encoder)
         for p in arena.params:   # zero-on-step: every gradient holds +0 after the update (skipped or not)
             p.mark_grad_zero()
@@ -399,7 +400,7 @@ class Optimizer(StateDict):
             if not self._undoes_itself():
                 side_vectors = arena.side_offset(1)
                 threads = min(RESTORE_GROUPS, -(-side_vectors // THREADS)) * THREADS
-                self._kernel("restore", src, dst).set(arena=buffer, attempts=self._attempts,
+                self._kernel("restore", src, dst).set(arena=buffer, parity=self._attempts % 2,
                                                       restore_threads=threads).dispatch(threads, encoder)
             arena.flip()
         if own:
@@ -457,7 +458,7 @@ class Optimizer(StateDict):
         if self._torch_link is not None and self._torch_link.zero_grad():
             return   # every gradient is cleared before it is next added to or read: no dispatch now
         n_vec = self.arena.n_vec
-        encoder = dev.get_device().create_command_encoder()
+        encoder = dev.create_command_encoder()
         self.flush_pending(encoder)   # pending terms are discarded: flushed (which clears them), then filled over
         self._kernel("fill").set(arena=self.arena.buffer, fill_first=0, fill_count=n_vec,
                                  fill_value=0.0).dispatch(n_vec, encoder)
@@ -471,6 +472,7 @@ class Optimizer(StateDict):
         self._attempts = step + skipped
         ctl = np.zeros(_CTL_WORDS, np.uint32)
         ctl[_CTL_SKIPPED] = skipped
+        ctl[_CTL_ATTEMPTS + (self._attempts + 1) % 2] = self._attempts   # what the next step's update reads
         self._ctl.copy_from_numpy(ctl)
         self._layout_key = None
         self._skipped_seen = skipped
@@ -495,7 +497,13 @@ class Optimizer(StateDict):
     @property
     def step_count(self) -> int:
         """Steps applied so far (step() calls minus skipped steps; waits for the GPU)."""
-        return self._attempts - self.skipped_steps
+        ctl = self._read_ctl()
+        return self._device_attempts(ctl) - int(ctl[_CTL_SKIPPED])
+
+    def _device_attempts(self, ctl: np.ndarray) -> int:
+        """step() calls so far as the GPU counted them (control words ``ctl``): the host's own count, ``_attempts``,
+        misses the steps replayed from a CUDA graph (sopt.cuda_graph), which keep its parity (an even number)."""
+        return int(ctl[_CTL_ATTEMPTS + (self._attempts + 1) % 2])
 
     def poll_skipped(self) -> int:
         """Read the skipped-step and non-finite-result counts; warn (once per optimiser and kind) when one has

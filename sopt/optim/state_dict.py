@@ -22,7 +22,7 @@ class StateDict:
         """torch-style state: per-parameter state arrays (by index), param groups with indices, step counts, and
         ``type`` (the optimiser's class name)."""
         skipped = self.poll_skipped()
-        step = self._attempts - skipped
+        step = self._device_attempts(self._read_ctl()) - skipped
         flats = {name: self._state_tensor(name).to_numpy().ravel() for name in self._slots}
         per_param = {name: self.arena.split(flat) for name, flat in flats.items()}
         state = {i: {"step": step, **{name: arrays[i] for name, arrays in per_param.items()}}

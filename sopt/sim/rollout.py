@@ -292,7 +292,7 @@ class _Rollout:
         state, t = self.state0, 0
         while True:
             if t in self.observed:
-                enc = dev.get_device().create_command_encoder()
+                enc = dev.create_command_encoder()
                 tp.copy_into(enc, state[self.observe], _row(self.traj, self.observed.index(t)))
                 dev.submit(enc)
             if t == self.steps:

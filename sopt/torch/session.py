@@ -46,7 +46,7 @@ class Session:
         body runs first (``with session.backward(g) as enc:`` clears scratch gradients into ``enc``), then the
         backward is recorded and everything submitted on exit. Read the gradients, then :meth:`release`."""
         tape = self.tape
-        tape.encoder = dev.get_device().create_command_encoder()
+        tape.encoder = dev.create_command_encoder()
         try:
             yield tape.encoder
             tape.backward(grads=grads)

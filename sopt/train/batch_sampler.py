@@ -123,10 +123,17 @@ class BatchSampler:
         self.indices = spy.Tensor.empty(device, (self.batch_size,), "uint")
         self.first_row = 0   # row of the whole batch that this sampler's row 0 is (see split)
         self.parts = 1       # processes the batch is split over (see split)
+        # the step of the next draw, counted on the GPU (see batch_sampler.slang): word p for a draw of parity p
+        self._steps = device.create_buffer(size=8, data=np.zeros(2, np.uint32),
+                                           usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
+        self._draws = 0       # draws recorded so far (the next one's parity)
+        self._counted = 0     # the step the counter holds for the next draw, unless draws were replayed since:
+        self._launches = dev.graph_launches()   # CUDA graphs launched when it was last recorded
         # arguments stay bound between draws; only those that change are rewritten
         self._kernel = _GATHER_BATCH.bind(src_inputs=self.inputs.storage, src_targets=self.targets.storage,
                                           batch_inputs=self.batch.inputs.storage,
-                                          batch_targets=self.batch.targets.storage, batch_indices=self.indices.storage)
+                                          batch_targets=self.batch.targets.storage, batch_indices=self.indices.storage,
+                                          steps=self._steps)
 
     def split(self, rank: int, world_size: int) -> None:
         """Draw only process ``rank``'s part of each batch from now on: ``b = batch_size / world_size`` rows, rows
@@ -159,11 +166,23 @@ class BatchSampler:
         step = check_int(step, "step", low=0)
         if step >= _UINT32:
             raise ValueError(f"step must be < 2**32, got {step}")
-        args = {"seed": self.seed, "step": step, "batch_size": self.batch_size, "n_rows": self.n_rows,
+        args = {"seed": self.seed, "batch_size": self.batch_size, "n_rows": self.n_rows,
                 "in_dim": self.in_dim, "out_dim": self.out_dim,
                 "in_offset": int(self.inputs.offset), "out_offset": int(self.targets.offset),
                 "first_row": self.first_row}
-        self._kernel.set(args=args).dispatch(self.batch_size * (self.in_dim + self.out_dim), encoder)
+        own = encoder is None
+        if own:
+            encoder = dev.create_command_encoder()
+        parity = self._draws % 2
+        # a draw other than the one counted (a resume, an out-of-order step), or the counter moved by a graph
+        if step != self._counted or self._launches != dev.graph_launches():
+            dev.upload(encoder, self._steps, 4 * parity, np.array([step], np.uint32))
+        self._kernel.set(args=args, parity=parity).dispatch(self.batch_size * (self.in_dim + self.out_dim), encoder)
+        self._draws += 1
+        self._counted = step + 1
+        self._launches = dev.graph_launches()
+        if own:
+            dev.submit(encoder)
         return self.batch
 
     def __repr__(self) -> str:

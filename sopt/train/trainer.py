@@ -38,7 +38,7 @@ from typing import Any, Iterable
 import numpy as np
 import slangpy as spy
 
-from sopt import checkpoint, device
+from sopt import checkpoint, cuda_graph, device
 from sopt.nn.module import Module
 from sopt.parameter import parameters_of
 from sopt.tape import Tape, loss_scalar
@@ -185,6 +185,13 @@ class Trainer:
             None: it splits the sampler's batch over the processes now, averages the gradients between the
             backward and the optimiser step, makes a stop from outside happen after the same step everywhere,
             and logs the loss averaged over the processes.
+        cuda_graph: on the CUDA device, capture the training step into a CUDA graph (:mod:`sopt.cuda_graph`)
+            once and replay it between metrics steps, two steps per launch: the host then costs one launch per
+            two steps instead of ~10 dispatches per step, which is what limits small batches. The first four
+            steps of a run record as usual (the capture checks that two steps repeat); a step that cannot be
+            replayed raises CaptureError there. ValueError with a scheduler stepped every step (its learning
+            rate would be replayed stale) or with ``data_parallel`` (its all-reduce runs on the host); on Vulkan
+            steps are recorded as without it.
 
     ``step`` counts completed steps; the batch of step ``s`` (0-based) is ``sampler.sample(s)``, so a run
     resumed from a checkpoint (:meth:`restore`) draws the same batches as one that never stopped.
@@ -193,7 +200,7 @@ class Trainer:
     def __init__(self, model: Any = None, loss_fn: Any = None, optimizer: Any = None, sampler: Any = None, *,
                  objective: Any = None, parameters: Any = None, scheduler: Any = None,
                  scheduler_metric: str = "loss", callbacks: Iterable[Callback] = (), log_every: int = 100,
-                 progress: bool = True, data_parallel: Any = None) -> None:
+                 progress: bool = True, data_parallel: Any = None, cuda_graph: bool = False) -> None:
         if objective is not None:
             given = [n for n, v in (("model", model), ("loss_fn", loss_fn), ("sampler", sampler)) if v is not None]
             if given:
@@ -219,6 +226,13 @@ class Trainer:
             raise ValueError(f"scheduler_metric must be a metric name such as 'loss', got {scheduler_metric!r}")
         log_every = check_int(log_every, "log_every", low=1)
         progress = check_bool(progress, "progress")
+        cuda_graph = check_bool(cuda_graph, "cuda_graph")
+        if cuda_graph and scheduler is not None and not _step_takes_metric(scheduler):
+            raise ValueError("cuda_graph=True cannot replay a scheduler stepped every step (its learning rate would "
+                             "be the captured one); step it on metrics (ReduceLROnPlateau) or leave cuda_graph off")
+        if cuda_graph and data_parallel is not None:
+            raise ValueError("cuda_graph=True cannot replay data_parallel's all-reduce (it runs on the host every "
+                             "step); leave cuda_graph off with data_parallel")
         callbacks = list(callbacks)
         for i, cb in enumerate(callbacks):
             if not isinstance(cb, Callback):
@@ -239,6 +253,9 @@ class Trainer:
         self._stop_asked: str | None = None   # a stop from outside, applied when a step completes
         self._last_finite: tuple[int, float] | None = None
         self.data_parallel = data_parallel
+        self.cuda_graph = cuda_graph
+        self._graph: Any = None        # the captured period (sopt.cuda_graph.CudaGraph), made by train_steps
+        self._graph_loss: Any = None   # the loss value of its last step (reads the latest replay's loss)
         if data_parallel is not None:
             data_parallel.split(self)
 
@@ -263,6 +280,32 @@ class Trainer:
         self.step += 1
         return loss
 
+    def train_steps(self, n: int) -> Any:
+        """Run ``n`` steps; returns the last one's loss (not read). Without ``cuda_graph`` (or off CUDA) this is
+        ``n`` calls of :meth:`train_step`; with it, whole periods of the captured graph replay (captured on the
+        first call that has room for it: 4 steps), and the rest record as usual."""
+        n = check_int(n, "n", low=0)
+        loss = None
+        if self.cuda_graph and n and cuda_graph.is_supported():
+            if self._graph is None and n >= 4:
+                losses: list[Any] = []
+
+                def step() -> None:
+                    losses.append(self.train_step())
+
+                self._graph = cuda_graph.capture(step, calls=2)
+                self._graph_loss, loss = losses[-1], losses[-1]
+                n -= 4
+            if self._graph is not None:
+                while n >= self._graph.calls:
+                    self._graph.launch()
+                    self.step += self._graph.calls
+                    n -= self._graph.calls
+                    loss = self._graph_loss
+        for _ in range(n):
+            loss = self.train_step()
+        return loss
+
     def stop(self, reason: str, *, from_outside: bool = False) -> None:
         """Ask ``fit`` to end after the current step (EarlyStopping): that step becomes a metrics step whose
         callbacks all run (a Checkpoint writes), and ``fit`` returns with ``stop_reason`` = ``reason``.
@@ -276,6 +319,13 @@ class Trainer:
             self._stop_reason = str(reason)
 
     # -- the loop ---------------------------------------------------------------------------------------------
+    def _steps_to_metrics(self, steps: int) -> int:
+        """Steps from here to the next metrics step of a run of ``steps`` steps, that one included (a stop asked
+        from outside ends the run at a step in between, so it is looked for only at these)."""
+        periods = [self.log_every] + [cb.every for cb in self.callbacks if cb.every is not None]
+        nxt = min([steps] + [(self.step // p + 1) * p for p in periods])
+        return max(1, nxt - self.step)
+
     def is_metrics_step(self, step: int, final: bool = False) -> bool:
         """Whether ``fit`` reads metrics (and runs callbacks) after ``step`` steps of a run that is not asked to
         stop: every ``log_every`` steps, every ``every`` steps of a callback, and the ``final`` step. (A stop
@@ -364,11 +414,12 @@ class Trainer:
         try:
             notices.enter_context(bar.redirect_logging(logging.getLogger("sopt")))
             while self.step < steps:
-                loss_value = self.train_step()
-                # the previous step's metrics read and callbacks, and this step: a compile leaves them out
-                rate.tick(synced=waited)
+                ran = self._steps_to_metrics(steps) if self.cuda_graph else 1
+                loss_value = self.train_steps(ran)
+                # the previous step's metrics read and callbacks, and these steps: a compile leaves them out
+                rate.tick(ran, synced=waited)
                 waited = False
-                bar.update(1)
+                bar.update(ran)
                 if self.data_parallel is not None:   # every process stops after the same step
                     agreed = self.data_parallel.agree_stop(self._stop_asked)
                     if agreed is not None:

@@ -1,0 +1,301 @@
+"""CUDA graphs: record a step's launches once, then replay the whole step with one launch (CUDA device only).
+
+A small training step is bound by the host: every dispatch costs ~10-20 us of Python and driver time while
+the GPU runs it in a few. tiny-cuda-nn and Warp replay CUDA graphs for this (``wp.ScopedCapture`` /
+``wp.capture_launch``; ``torch.cuda.graph``); so does sopt::
+
+    graph = sopt.cuda_graph.capture(trainer.train_step, calls=2)   # the step runs 4 times: 2 + 2 captured
+    for _ in range(1000):
+        graph.replay()                                             # 2 more steps, one launch
+
+``Trainer(cuda_graph=True)`` does this inside ``fit`` / ``train_steps``.
+
+What a graph replays is what was captured: every launch with the arguments it had then. sopt's own per-step
+counters live on the GPU so that replayed steps count on (the optimiser's step count behind Adam's bias
+correction, BatchSampler's step); everything else a call gives its kernels must repeat with period ``calls``
+(the optimiser's double-buffered arena alternates sides, hence ``calls=2``). ``capture`` checks this: ``fn``
+runs ``calls`` times first, through the capture device, then ``calls`` times into the graph, and every
+dispatch, SlangPy call and upload of the second period must be given what its twin in the first was given
+(numbers equal, buffers and tensors the same objects, uploaded bytes equal). Otherwise :class:`CaptureError`
+names the first difference. Either way the captured calls run once, so nothing the host recorded is lost.
+
+Objects whose state the host mirrors (``Trainer.step``, an optimiser's host count of steps) do not see
+replays: after ``graph.replay()`` outside a Trainer, count steps yourself, as with ``torch.cuda.graph``.
+
+How (slang-rhi has no capture of its own): submissions during the capture go through a second SlangPy device
+on the same CUDA context, onto a stream captured with ``cuStreamBeginCapture``; the kernels, buffers and
+pipelines stay those of sopt's device. The second device is kept with the graph: its command buffers hold the
+host data the captured copies read, and its queue, which recorded events inside the capture, is not used again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import threading
+import weakref
+from typing import Any, Callable
+
+import slangpy as spy
+
+from sopt import device as dev
+
+__all__ = ["CaptureError", "CudaGraph", "capture", "is_supported"]
+
+_CU_STREAM_NON_BLOCKING = 1
+_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+_lock = threading.Lock()   # one capture at a time (the capture target is process-wide)
+_live: "weakref.WeakSet[CudaGraph]" = weakref.WeakSet()   # released quietly at exit (see CudaGraph._drop)
+
+
+class CaptureError(RuntimeError):
+    """A call cannot be replayed from a graph: what it records changes from one call to the next (or the CUDA
+    driver refused the capture)."""
+
+
+def is_supported() -> bool:
+    """Whether sopt runs on CUDA (graphs need it: on Vulkan, steps are recorded and submitted every time)."""
+    return dev.device_kind() == "cuda"
+
+
+class _Driver:
+    """The few CUDA driver calls a graph needs (libcuda through ctypes: sopt's device is a SlangPy device, so
+    there is no CUDA runtime or torch to borrow them from)."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        vp, u, p = ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)
+        self._sig = {
+            "cuCtxPushCurrent_v2": [vp], "cuCtxPopCurrent_v2": [p], "cuStreamCreate": [p, u],
+            "cuStreamDestroy_v2": [vp], "cuStreamBeginCapture_v2": [vp, ctypes.c_int],
+            "cuStreamEndCapture": [vp, p], "cuGraphInstantiateWithFlags": [p, vp, ctypes.c_ulonglong],
+            "cuGraphLaunch": [vp, vp], "cuGraphExecDestroy": [vp], "cuGraphDestroy": [vp],
+            "cuGraphGetNodes": [vp, p, ctypes.POINTER(ctypes.c_size_t)],
+        }
+        for name, args in self._sig.items():
+            fn = getattr(self.lib, name)
+            fn.argtypes, fn.restype = args, ctypes.c_int
+        self.lib.cuGetErrorString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(result, ctypes.byref(text))
+            raise CaptureError(f"{what} failed: CUDA error {result} ({(text.value or b'?').decode()})")
+
+    def call(self, name: str, *args: Any) -> None:
+        self.check(getattr(self.lib, name)(*args), name)
+
+
+_driver: _Driver | None = None
+
+
+def _cuda() -> _Driver:
+    global _driver
+    if _driver is None:
+        _driver = _Driver()
+    return _driver
+
+
+def _context_handle(device: spy.Device) -> int:
+    for handle in device.native_handles:
+        if handle.type == spy.NativeHandleType.CUcontext:
+            return int(handle.value)
+    raise CaptureError("sopt's CUDA device reports no CUDA context handle")
+
+
+class _Current:
+    """sopt's CUDA context made current on this thread for the driver calls inside (slang-rhi pushes it only
+    around its own calls)."""
+
+    def __init__(self, context: int) -> None:
+        self.context = context
+
+    def __enter__(self) -> None:
+        _cuda().call("cuCtxPushCurrent_v2", ctypes.c_void_p(self.context))
+
+    def __exit__(self, *exc: Any) -> None:
+        popped = ctypes.c_void_p()
+        _cuda().call("cuCtxPopCurrent_v2", ctypes.byref(popped))
+
+
+class CudaGraph:
+    """``calls`` calls of a function, captured by :func:`capture`; :meth:`replay` runs them again with one launch.
+
+    Attributes: ``calls`` (calls of the function one replay runs), ``dispatches`` (kernel launches in it),
+    ``replays`` (replays so far).
+    """
+
+    def __init__(self, calls: int, dispatches: int, exec_handle: int, graph_handle: int, context: int,
+                 capture_device: spy.Device, kept: list[Any]) -> None:
+        self.calls = calls
+        self.dispatches = dispatches
+        self.replays = 0
+        self._exec, self._graph, self._context = exec_handle, graph_handle, context
+        self._capture_device = capture_device   # its command buffers hold what the captured copies read
+        self._kept = kept                        # every buffer and tensor the captured launches use
+
+    def launch(self) -> None:
+        """Run the captured calls once, on sopt's stream (ordered with everything sopt submits)."""
+        if self._exec is None:
+            raise RuntimeError("this CudaGraph was released")
+        with _Current(self._context):
+            _cuda().call("cuGraphLaunch", ctypes.c_void_p(self._exec), ctypes.c_void_p(dev.stream_handle()))
+        dev._graph_launches += 1
+        dev.count_dispatch(self.dispatches)
+
+    def replay(self, times: int = 1) -> None:
+        """Run the captured calls ``times`` more times (``times * calls`` calls of the function); the host does
+        not wait for the GPU."""
+        for _ in range(int(times)):
+            self.launch()
+            self.replays += 1
+
+    def release(self) -> None:
+        """Free the graph (the driver frees it once a launch in flight ends); :meth:`replay` raises afterwards."""
+        if self._exec is None:
+            return
+        with _Current(self._context):
+            _cuda().call("cuGraphExecDestroy", ctypes.c_void_p(self._exec))
+            _cuda().call("cuGraphDestroy", ctypes.c_void_p(self._graph))
+        self._exec = self._graph = None
+        self._kept = []
+        self._drop_capture_device()
+
+    def _drop_capture_device(self) -> None:
+        """Let the capture device go, quietly: its queue still lists the events recorded inside the capture,
+        which the driver no longer lets anyone query, and slang-rhi logs an error for each as it shuts down (it
+        synchronises the context first, so no launch in flight loses the host data it reads)."""
+        if self._capture_device is None:
+            return
+        logger = spy.Logger.get()
+        level = logger.level
+        logger.level = spy.LogLevel.fatal
+        try:
+            self._capture_device = None
+            gc.collect()
+        finally:
+            logger.level = level
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:   # interpreter shutdown: the driver may be gone already
+            pass
+
+    def __repr__(self) -> str:
+        state = "released" if self._exec is None else f"{self.replays} replays"
+        return f"CudaGraph(calls={self.calls}, dispatches={self.dispatches}, {state})"
+
+
+def _first_difference(first: list[tuple[Any, ...]], second: list[tuple[Any, ...]], calls: int) -> str | None:
+    """Where two periods of recorded commands differ (a sentence), or None when they are the same."""
+    for k, (a, b) in enumerate(zip(first, second)):
+        if a[0] != b[0] or a[1] is not b[1]:
+            return f"command {k} of the period is {_name(a)} the first time and {_name(b)} the second"
+        if a[0] == "upload":
+            if a[2:] != b[2:]:
+                return f"command {k}, an upload into a buffer, writes different bytes in the two periods"
+            continue
+        if a[2:] != b[2:]:
+            return f"command {k} ({_name(a)}) is given {_changes(a[2:], b[2:])}"
+    if len(first) != len(second):
+        return f"the first period records {len(first)} commands, the second {len(second)}"
+    return None
+
+
+def _name(record: tuple[Any, ...]) -> str:
+    kind, what = record[0], record[1]
+    if kind == "dispatch":
+        return f"kernel {getattr(what, 'program', None) and what.program.name or what!r}"
+    if kind == "call":
+        return f"SlangPy call {getattr(what, 'name', what)!r}"
+    return "an upload"
+
+
+def _changes(a: Any, b: Any, path: str = "") -> str:
+    """The first argument that differs between snapshots ``a`` and ``b``, as 'x.y: 3 then 4'."""
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        for x, y in zip(a, b):
+            if x != y:
+                if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (str, int)) and isinstance(y, tuple):
+                    return _changes(x[1], y[1], f"{path}.{x[0]}" if path else str(x[0]))
+                return _changes(x, y, path)
+    return f"{path or 'an argument'}: {a!r} the first time, {b!r} the second"
+
+
+def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGraph:
+    """Capture ``calls`` calls of ``fn`` (which records and submits sopt work) into a CUDA graph.
+
+    ``fn`` runs ``2 * calls`` times, all of them on the GPU: ``calls`` times through the capture device (the
+    period the captured one is checked against), then ``calls`` times into the graph, which is launched once
+    before this returns. ``check=False`` skips the comparison (for a function whose changing arguments are
+    known not to matter). Raises CaptureError (after that launch) when the two periods differ, RuntimeError on
+    a device other than CUDA, ValueError for ``calls`` < 1. Nothing ``fn`` does outside sopt's submissions
+    (torch work, host reads of GPU values) may happen inside it: a host read fails inside a capture.
+    """
+    if not isinstance(calls, int) or isinstance(calls, bool) or calls < 1:
+        raise ValueError(f"calls must be an int >= 1, got {calls!r}")
+    if not is_supported():
+        raise RuntimeError(f"CUDA graphs need sopt's CUDA device (SOPT_DEVICE=cuda); this one is "
+                           f"{dev.device_kind()}")
+    device = dev.get_device()
+    context = _context_handle(device)
+    driver = _cuda()
+    with _lock:
+        # a second device on the same context: its queue records the events the capture poisons
+        target = spy.Device(type=spy.DeviceType.cuda, existing_device_handles=device.native_handles,
+                            enable_hot_reload=False, label="sopt-cuda-graph")
+        stream = ctypes.c_void_p()
+        with _Current(context):
+            driver.call("cuStreamCreate", ctypes.byref(stream), _CU_STREAM_NON_BLOCKING)
+        first: list[tuple[Any, ...]] = []
+        second: list[tuple[Any, ...]] = []
+        graph = ctypes.c_void_p()
+        try:
+            # period 1, run for real through the capture device (its heaps allocate now, not inside the capture)
+            dev._capture_target, dev._capture_log = (target, dev.stream_handle()), first
+            for _ in range(calls):
+                fn()
+            target.wait()
+            d1 = dev.dispatch_count()
+            # period 2, captured
+            dev._capture_target, dev._capture_log = (target, int(stream.value or 0)), second
+            with _Current(context):
+                driver.call("cuStreamBeginCapture_v2", stream, _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            try:
+                for _ in range(calls):
+                    fn()
+            finally:
+                with _Current(context):
+                    ended = driver.lib.cuStreamEndCapture(stream, ctypes.byref(graph))
+            driver.check(ended, "cuStreamEndCapture")
+        finally:
+            dev._capture_target, dev._capture_log = None, None
+        dispatches = dev.dispatch_count() - d1
+        exec_handle = ctypes.c_void_p()
+        with _Current(context):
+            driver.call("cuGraphInstantiateWithFlags", ctypes.byref(exec_handle), graph, 0)
+            driver.call("cuStreamDestroy_v2", stream)
+        result = CudaGraph(calls, dispatches, exec_handle.value, graph.value, context, target, first + second)
+        dev._dispatches -= dispatches   # counted again by the launch below, as every replay is
+        result.launch()                 # the captured calls, run once: the host recorded them
+        _live.add(result)
+    if check:
+        why = _first_difference(first, second, calls)
+        if why is not None:
+            raise CaptureError(
+                f"{calls} call(s) of {getattr(fn, '__qualname__', fn)!r} do not repeat, so a graph would replay "
+                f"stale arguments: {why}. (Both periods ran on the GPU.) Move the changing value onto the GPU, "
+                f"capture a whole period (calls=), or pass check=False if it does not matter.")
+    return result
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    for graph in list(_live):
+        try:
+            graph.release()
+        except Exception:   # the process is ending: nothing to report to
+            pass
