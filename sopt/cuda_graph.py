@@ -33,6 +33,8 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import os
+import sys
 import threading
 import weakref
 from typing import Any, Callable
@@ -45,6 +47,7 @@ __all__ = ["CaptureError", "CudaGraph", "capture", "is_supported"]
 
 _CU_STREAM_NON_BLOCKING = 1
 _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+_SPARE_COMMAND_BUFFERS = 256   # submissions a capture may make (one per encoder; a training step makes 1-3)
 _lock = threading.Lock()   # one capture at a time (the capture target is process-wide)
 _live: "weakref.WeakSet[CudaGraph]" = weakref.WeakSet()   # released quietly at exit (see CudaGraph._drop)
 
@@ -169,14 +172,16 @@ class CudaGraph:
         synchronises the context first, so no launch in flight loses the host data it reads)."""
         if self._capture_device is None:
             return
-        logger = spy.Logger.get()
-        level = logger.level
-        logger.level = spy.LogLevel.fatal
+        sys.stderr.flush()
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)   # slang-rhi writes those errors to the process's stderr itself
         try:
             self._capture_device = None
             gc.collect()
         finally:
-            logger.level = level
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(null)
 
     def __del__(self) -> None:
         try:
@@ -208,7 +213,10 @@ def _first_difference(first: list[tuple[Any, ...]], second: list[tuple[Any, ...]
 def _name(record: tuple[Any, ...]) -> str:
     kind, what = record[0], record[1]
     if kind == "dispatch":
-        return f"kernel {getattr(what, 'program', None) and what.program.name or what!r}"
+        try:
+            return f"kernel {what.program.layout.entry_points[0].name}"
+        except (AttributeError, IndexError):
+            return f"kernel {what!r}"
     if kind == "call":
         return f"SlangPy call {getattr(what, 'name', what)!r}"
     return "an upload"
@@ -254,7 +262,12 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         second: list[tuple[Any, ...]] = []
         graph = ctypes.c_void_p()
         try:
-            # period 1, run for real through the capture device (its heaps allocate now, not inside the capture)
+            # command buffers for the capture, made now: inside it the queue cannot recycle any (that queries
+            # the events it records), nor can its heaps allocate (period 1, run for real, sizes them)
+            spare = [target.create_command_encoder() for _ in range(_SPARE_COMMAND_BUFFERS)]
+            for encoder in spare:
+                target.submit_command_buffer(encoder.finish())
+            # period 1, run for real through the capture device
             dev._capture_target, dev._capture_log = (target, dev.stream_handle()), first
             for _ in range(calls):
                 fn()

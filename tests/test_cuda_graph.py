@@ -57,9 +57,10 @@ def test_train_steps_with_cuda_graph_matches_recorded_steps() -> None:
 @on_cuda
 def test_fit_with_cuda_graph_logs_the_same_losses() -> None:
     plain, graphed = _trainer(False, log_every=5), _trainer(True, log_every=5)
-    h1, h2 = plain.fit(23), graphed.fit(23)
-    assert [m["step"] for m in h1] == [m["step"] for m in h2]
+    h1, h2 = plain.fit(23).history, graphed.fit(23).history
+    assert [m["step"] for m in h1] == [m["step"] for m in h2] == [5, 10, 15, 20, 23]
     np.testing.assert_array_equal([m["loss"] for m in h1], [m["loss"] for m in h2])
+    assert graphed._graph is not None and graphed._graph.replays > 0
 
 
 @on_cuda

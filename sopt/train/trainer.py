@@ -187,7 +187,7 @@ class Trainer:
             and logs the loss averaged over the processes.
         cuda_graph: on the CUDA device, capture the training step into a CUDA graph (:mod:`sopt.cuda_graph`)
             once and replay it between metrics steps, two steps per launch: the host then costs one launch per
-            two steps instead of ~10 dispatches per step, which is what limits small batches. The first four
+            two steps instead of ~10 dispatches per step, which is what limits small batches. The first five
             steps of a run record as usual (the capture checks that two steps repeat); a step that cannot be
             replayed raises CaptureError there. ValueError with a scheduler stepped every step (its learning
             rate would be replayed stale) or with ``data_parallel`` (its all-reduce runs on the host); on Vulkan
@@ -256,6 +256,7 @@ class Trainer:
         self.cuda_graph = cuda_graph
         self._graph: Any = None        # the captured period (sopt.cuda_graph.CudaGraph), made by train_steps
         self._graph_loss: Any = None   # the loss value of its last step (reads the latest replay's loss)
+        self._recorded = 0             # train_step calls so far (the capture waits for the first one's one-off work)
         if data_parallel is not None:
             data_parallel.split(self)
 
@@ -268,6 +269,7 @@ class Trainer:
         returning the wrong kind of batch, a bad shape) raises before the GPU runs anything of this step.
         """
         tape = self.tape
+        self._recorded += 1
         with tape:
             loss = self.objective(tape, self.step)
         tape.backward(loss)
@@ -283,11 +285,15 @@ class Trainer:
     def train_steps(self, n: int) -> Any:
         """Run ``n`` steps; returns the last one's loss (not read). Without ``cuda_graph`` (or off CUDA) this is
         ``n`` calls of :meth:`train_step`; with it, whole periods of the captured graph replay (captured on the
-        first call that has room for it: 4 steps), and the rest record as usual."""
+        first call that has room for it, after one recorded step: 4 steps), and the rest record as usual."""
         n = check_int(n, "n", low=0)
         loss = None
         if self.cuda_graph and n and cuda_graph.is_supported():
-            if self._graph is None and n >= 4:
+            if self._graph is None and self._recorded == 0 and n >= 5:
+                # a first step does one-off work (the optimiser's layout upload, the sampler's first counter)
+                loss = self.train_step()
+                n -= 1
+            if self._graph is None and self._recorded > 0 and n >= 4:
                 losses: list[Any] = []
 
                 def step() -> None:
@@ -298,7 +304,7 @@ class Trainer:
                 n -= 4
             if self._graph is not None:
                 while n >= self._graph.calls:
-                    self._graph.launch()
+                    self._graph.replay()
                     self.step += self._graph.calls
                     n -= self._graph.calls
                     loss = self._graph_loss
