@@ -19,7 +19,9 @@ dispatch, SlangPy call and upload of the second period must be given what its tw
 (numbers equal, buffers and tensors the same objects, uploaded bytes equal). Otherwise :class:`CaptureError`
 names the first difference. Either way the captured calls run once, so nothing the host recorded is lost.
 
-Objects whose state the host mirrors (``Trainer.step``, an optimiser's host count of steps) do not see
+Replay only where the state is as it was at the capture: the arena's sides alternate with every step, so after an
+odd number of steps recorded since the capture a replay would read the side not written last (the Trainer
+records one more step first). Objects whose state the host mirrors (``Trainer.step``, an optimiser's host count of steps) do not see
 replays: after ``graph.replay()`` outside a Trainer, count steps yourself, as with ``torch.cuda.graph``.
 
 How (slang-rhi has no capture of its own): submissions during the capture go through a second SlangPy device

@@ -48,8 +48,14 @@ def test_train_steps_with_cuda_graph_matches_recorded_steps() -> None:
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert loss.item() == plain_loss.item()
-    # a step recorded after replays draws the batch of its step (the sampler's counter moved on the GPU)
+    # a step recorded after replays draws the batch of its step (the sampler's counter moved on the GPU); replays
+    # after an odd number of recorded steps start on the sides and counter words those left
     assert graphed.train_step().item() == plain.train_step().item()
+    assert graphed.train_steps(5).item() == plain.train_steps(5).item()
+    a, b = _state(plain), _state(graphed)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert graphed.optimizer.step_count == 17
     if cuda_graph.is_supported():
         assert graphed._graph is not None and graphed._graph.calls == 2
 

@@ -257,6 +257,7 @@ class Trainer:
         self._graph: Any = None        # the captured period (sopt.cuda_graph.CudaGraph), made by train_steps
         self._graph_loss: Any = None   # the loss value of its last step (reads the latest replay's loss)
         self._recorded = 0             # train_step calls so far (the capture waits for the first one's one-off work)
+        self._graph_phase = 0          # _recorded % 2 at the capture: replays need the same (see train_steps)
         if data_parallel is not None:
             data_parallel.split(self)
 
@@ -299,10 +300,16 @@ class Trainer:
                 def step() -> None:
                     losses.append(self.train_step())
 
+                self._graph_phase = self._recorded % 2
                 self._graph = cuda_graph.capture(step, calls=2)
                 self._graph_loss, loss = losses[-1], losses[-1]
                 n -= 4
-            if self._graph is not None:
+            if self._graph is not None and n > self._graph.calls and self._recorded % 2 != self._graph_phase:
+                # the arena's sides, the optimiser's and the sampler's counter words alternate with every recorded
+                # step: an odd number of them since the capture would make a replay read the wrong ones
+                loss = self.train_step()
+                n -= 1
+            if self._graph is not None and self._recorded % 2 == self._graph_phase:
                 while n >= self._graph.calls:
                     self._graph.replay()
                     self.step += self._graph.calls
