@@ -26,17 +26,15 @@ replays: after ``graph.replay()`` outside a Trainer, count steps yourself, as wi
 
 How (slang-rhi has no capture of its own): submissions during the capture go through a second SlangPy device
 on the same CUDA context, onto a stream captured with ``cuStreamBeginCapture``; the kernels, buffers and
-pipelines stay those of sopt's device. The second device is kept with the graph: its command buffers hold the
-host data the captured copies read, and its queue, which recorded events inside the capture, is not used again.
+pipelines stay those of sopt's device. The second device outlives the graph and is never destroyed: its command
+buffers hold the host data the captured copies read, and its queue, which recorded events inside the capture,
+cannot shut down cleanly (see CudaGraph._drop_capture_device).
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
-import gc
-import os
-import sys
 import threading
 import weakref
 from typing import Any, Callable
@@ -169,21 +167,11 @@ class CudaGraph:
         self._drop_capture_device()
 
     def _drop_capture_device(self) -> None:
-        """Let the capture device go, quietly: its queue still lists the events recorded inside the capture,
-        which the driver no longer lets anyone query, and slang-rhi logs an error for each as it shuts down (it
-        synchronises the context first, so no launch in flight loses the host data it reads)."""
-        if self._capture_device is None:
-            return
-        sys.stderr.flush()
-        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 2)   # slang-rhi writes those errors to the process's stderr itself
-        try:
-            self._capture_device = None
-            gc.collect()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(null)
+        """Let go of the capture device without destroying it: its queue still lists the events recorded inside
+        the capture, which the driver no longer lets anyone query, and slang-rhi's shutdown of that queue fails
+        on them (an error per event, then an assertion). A device per capture stays allocated until the process
+        ends (its command buffers and their small host pages); the CUDA context is sopt's, released as usual."""
+        self._capture_device = None   # capture() holds a reference that is never released
 
     def __del__(self) -> None:
         try:
@@ -257,6 +245,8 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         # a second device on the same context: its queue records the events the capture poisons
         target = spy.Device(type=spy.DeviceType.cuda, existing_device_handles=device.native_handles,
                             enable_hot_reload=False, label="sopt-cuda-graph")
+        # never destroyed (see CudaGraph._drop_capture_device), even when the capture fails half-way
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(target))
         stream = ctypes.c_void_p()
         with _Current(context):
             driver.call("cuStreamCreate", ctypes.byref(stream), _CU_STREAM_NON_BLOCKING)
