@@ -26,15 +26,17 @@ replays: after ``graph.replay()`` outside a Trainer, count steps yourself, as wi
 
 How (slang-rhi has no capture of its own): submissions during the capture go through a second SlangPy device
 on the same CUDA context, onto a stream captured with ``cuStreamBeginCapture``; the kernels, buffers and
-pipelines stay those of sopt's device. The second device outlives the graph and is never destroyed: its command
-buffers hold the host data the captured copies read, and its queue, which recorded events inside the capture,
-cannot shut down cleanly (see CudaGraph._drop_capture_device).
+pipelines stay those of sopt's device. The second device is kept with the graph (its command buffers hold the
+host data that captured copies of module-level parameters read) and is not used for anything else; slang-rhi's
+completion events are not recorded during the capture (see _EventRecordsSkipped).
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
+import pathlib
 import threading
 import weakref
 from typing import Any, Callable
@@ -123,6 +125,36 @@ class _Current:
         _cuda().call("cuCtxPopCurrent_v2", ctypes.byref(popped))
 
 
+_EVENT_RECORD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_skip_event_record = _EVENT_RECORD(lambda event, stream: 0)   # CUDA_SUCCESS, nothing recorded
+
+
+class _EventRecordsSkipped:
+    """slang-rhi's cuEventRecord made a no-op while the capture device submits into the capture.
+
+    slang-rhi records an event after each submission to a stream of the caller's (and for the heap pages it
+    used) and later polls them to recycle command buffers. An event recorded inside a capture can never be
+    polled again (CUDA_ERROR_CAPTURED_EVENT), which would wedge that device's queue and abort the process when
+    SlangPy closes it at exit. Left unrecorded, the events read as complete: the capture device may then recycle
+    those command buffers, but it records nothing more (a capture makes its own) and it is kept, idle, as long
+    as the graph is. The function pointer is a global of SlangPy's library (libsgl), swapped for the capture only,
+    under the capture lock.
+    """
+
+    def __enter__(self) -> None:
+        self.slot = ctypes.c_void_p.in_dll(_libsgl(), "cuEventRecord")
+        self.saved = self.slot.value
+        self.slot.value = ctypes.cast(_skip_event_record, ctypes.c_void_p).value
+
+    def __exit__(self, *exc: Any) -> None:
+        self.slot.value = self.saved
+
+
+@functools.cache
+def _libsgl() -> ctypes.CDLL:
+    return ctypes.CDLL(str(pathlib.Path(spy.__file__).parent / "libsgl.so"))
+
+
 class CudaGraph:
     """``calls`` calls of a function, captured by :func:`capture`; :meth:`replay` runs them again with one launch.
 
@@ -164,14 +196,7 @@ class CudaGraph:
             _cuda().call("cuGraphDestroy", ctypes.c_void_p(self._graph))
         self._exec = self._graph = None
         self._kept = []
-        self._drop_capture_device()
-
-    def _drop_capture_device(self) -> None:
-        """Let go of the capture device without destroying it: its queue still lists the events recorded inside
-        the capture, which the driver no longer lets anyone query, and slang-rhi's shutdown of that queue fails
-        on them (an error per event, then an assertion). A device per capture stays allocated until the process
-        ends (its command buffers and their small host pages); the CUDA context is sopt's, released as usual."""
-        self._capture_device = None   # capture() holds a reference that is never released
+        self._capture_device = None   # closing it waits for the GPU (slang-rhi synchronises the context)
 
     def __del__(self) -> None:
         try:
@@ -245,8 +270,6 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         # a second device on the same context: its queue records the events the capture poisons
         target = spy.Device(type=spy.DeviceType.cuda, existing_device_handles=device.native_handles,
                             enable_hot_reload=False, label="sopt-cuda-graph")
-        # never destroyed (see CudaGraph._drop_capture_device), even when the capture fails half-way
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(target))
         stream = ctypes.c_void_p()
         with _Current(context):
             driver.call("cuStreamCreate", ctypes.byref(stream), _CU_STREAM_NON_BLOCKING)
@@ -270,8 +293,9 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
             with _Current(context):
                 driver.call("cuStreamBeginCapture_v2", stream, _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             try:
-                for _ in range(calls):
-                    fn()
+                with _EventRecordsSkipped():
+                    for _ in range(calls):
+                        fn()
             finally:
                 with _Current(context):
                     ended = driver.lib.cuStreamEndCapture(stream, ctypes.byref(graph))
