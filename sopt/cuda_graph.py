@@ -21,8 +21,9 @@ names the first difference. Either way the captured calls run once, so nothing t
 
 Replay only where the state is as it was at the capture: the arena's sides alternate with every step, so after an
 odd number of steps recorded since the capture a replay would read the side not written last (the Trainer
-records one more step first). Objects whose state the host mirrors (``Trainer.step``, an optimiser's host count of steps) do not see
-replays: after ``graph.replay()`` outside a Trainer, count steps yourself, as with ``torch.cuda.graph``.
+records one more step first). Objects whose state the host mirrors (``Trainer.step``, an optimiser's host count
+of steps) do not see replays: after ``graph.replay()`` outside a Trainer, count steps yourself, as with
+``torch.cuda.graph``.
 
 How (slang-rhi has no capture of its own): submissions during the capture go through a second SlangPy device
 on the same CUDA context, onto a stream captured with ``cuStreamBeginCapture``; the kernels, buffers and

@@ -29,13 +29,18 @@ from typing import Any, Callable
 
 import slangpy as spy
 
-__all__ = ["PendingGradient", "HalfSums"]
+__all__ = ["FixedSums", "HalfSums", "PendingGradient"]
 
 
 class PendingGradient:
     """Terms of one Parameter's gradient not yet added into it (see the module docstring)."""
 
     kind: str = ""   # the fold kernels that can consume it ("" for none: always flushed)
+
+    @property
+    def entries(self) -> int:
+        """Gradient entries the terms cover (a fold needs the whole gradient)."""
+        raise NotImplementedError
 
     def flush(self, encoder: spy.CommandEncoder) -> None:
         """Record the pass adding the terms into the gradient (and clearing them) into ``encoder``."""
@@ -66,6 +71,39 @@ class HalfSums(PendingGradient):
     def flush(self, encoder: spy.CommandEncoder) -> None:
         self.flush_pass(encoder)
 
+    @property
+    def entries(self) -> int:
+        return 2 * self.n_words
+
     def fold_args(self, first_vec: int) -> dict[str, Any]:
         return {"words": self.sums, "first_vec": first_vec, "n_vec": -(-self.n_words // 2), "n_words": self.n_words,
+                "max_at": self.max_at, "shift_base": self.shift_base, "zero_vec": -(-self.zero_from // 4)}
+
+
+@dataclass
+class FixedSums(PendingGradient):
+    """Deterministic int64 fixed-point sums (HashGridEncoding's deterministic mode, slang_lib/nn/hashgrid.slang):
+    ``sums`` holds the two M slots, then one int64 per gradient entry (``count`` of them), scaled by 2^S with S =
+    ``shift_base - floor(log2 M)``. ``flush_pass`` records hashgrid_fixed_to_grad_kernel. Folded by
+    ``FixedSumsFold`` (slang_lib/optim/optimizer.slang) with the same conversion, so the sums stay order-free and
+    the step bit-identical to a flushed one, without the conversion's pass over the table (2^24 entries: 400 MB
+    of traffic a step)."""
+
+    sums: spy.Buffer
+    max_at: int
+    shift_base: int
+    count: int
+    flush_pass: Callable[[spy.CommandEncoder], None]
+    zero_from: int = 0
+    kind: str = "fixed_sums"
+
+    def flush(self, encoder: spy.CommandEncoder) -> None:
+        self.flush_pass(encoder)
+
+    @property
+    def entries(self) -> int:
+        return self.count
+
+    def fold_args(self, first_vec: int) -> dict[str, Any]:
+        return {"words": self.sums, "first_vec": first_vec, "n_vec": -(-self.count // 4), "count": self.count,
                 "max_at": self.max_at, "shift_base": self.shift_base, "zero_vec": -(-self.zero_from // 4)}

@@ -20,8 +20,10 @@ CONFIG = dict(in_dims=2, n_levels=3, n_features=2, log2_table_size=6, base_resol
 
 def _twin(seed: int = 1, **options):
     """An encoding with a parameter before and after its table in the arena (the table starts at vector 2) and an
-    Adam over the three."""
-    enc = HashGridEncoding(**CONFIG, seed=seed, gradient_precision="float16")
+    Adam over the three; ``deterministic=True``: its int64 fixed-point sums instead of float16 ones."""
+    deterministic = options.pop("deterministic", False)
+    enc = HashGridEncoding(**CONFIG, seed=seed, **({"deterministic": True} if deterministic
+                                                    else {"gradient_precision": "float16"}))
     enc.table.load(np.random.default_rng(7).normal(size=enc.table.shape))
     before, after = Parameter(np.linspace(-1, 1, 6), name="before"), Parameter(np.ones(5), name="after")
     lazy = options.pop("lazy", False)
@@ -35,10 +37,11 @@ def _backward(enc: HashGridEncoding, x: np.ndarray, dy: np.ndarray) -> None:
     enc.backward(x, y)
 
 
-def _data(steps: int, calls: int = 1):
+def _data(steps: int, calls: int = 1, rows: int = 1):
     rng = np.random.default_rng(5)
-    return [[(rng.uniform(0, 1, (1, 2)).astype(np.float32), (rng.normal(size=(1, 6)) * 10.0**rng.uniform(-4, 1))
-              .astype(np.float32)) for _ in range(calls)] for _ in range(steps)]
+    return [[(rng.uniform(0, 1, (rows, 2)).astype(np.float32),
+              (rng.normal(size=(rows, 6)) * 10.0**rng.uniform(-4, 1)).astype(np.float32))
+             for _ in range(calls)] for _ in range(steps)]
 
 
 def _states(enc, before, after, opt):
@@ -77,6 +80,20 @@ def test_folded_steps_match_flushed_bit_for_bit(options):
     folds = "double_buffer" not in options and "max_grad_norm" not in options
     assert any(r.endswith("_fold") for r in roles) == folds, roles
     # the steps changed the table (a fold that lost the sums would leave rows where a flush moved them)
+    assert np.abs(folded[0] - np.random.default_rng(7).normal(size=folded[0].shape).astype(np.float32)).max() > 1e-3
+
+
+@pytest.mark.parametrize("options", [{}, {"lazy": True}, {"skip_nonfinite": False}])
+def test_deterministic_sums_fold_bit_for_bit(options):
+    """The int64 fixed-point sums of deterministic mode (many samples a call: integer sums are order-free) folded
+    by FixedSumsFold give the bits hashgrid_fixed_to_grad_kernel's pass then the plain update give."""
+    data = _data(3, rows=200)
+    folded, roles, _ = _run(data, True, {"deterministic": True, **options})
+    flushed, plain_roles, _ = _run(data, False, {"deterministic": True, **options})
+    assert any(r.endswith("_fold_fixed") for r in roles), roles
+    assert not any("_fold" in r for r in plain_roles)
+    for a, b in zip(folded, flushed):
+        np.testing.assert_array_equal(a, b)
     assert np.abs(folded[0] - np.random.default_rng(7).normal(size=folded[0].shape).astype(np.float32)).max() > 1e-3
 
 

@@ -18,7 +18,7 @@ from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
 from sopt.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
-from sopt.grad_source import HalfSums
+from sopt.grad_source import FixedSums, HalfSums
 from sopt.parameter import Parameter
 from sopt.validation import check_bool, check_float, check_int
 
@@ -465,6 +465,12 @@ class HashGridEncoding(Module):
             self.table.leave_pending(HalfSums(fixed, max_at, shift_base, count,
                                               lambda enc: self._to_grad(max_at, shift_base, count, enc),
                                               zero_from=self.table.grad_zero_from))
+        elif self._sum_mode == SUM_FIXED and self.table.accepts_pending:
+            # the same for the deterministic sums (the coarse levels' went into them too: the float32 gradient got
+            # nothing)
+            self.table.leave_pending(FixedSums(fixed, max_at, shift_base, count,
+                                               lambda enc: self._to_grad(max_at, shift_base, count, enc),
+                                               zero_from=self.table.grad_zero_from))
         else:
             self._to_grad(max_at, shift_base, count, encoder)
 

@@ -75,6 +75,8 @@ def _torch_link(params: list[Any]) -> Any:
     return module.link_for(params) if module is not None else None
 
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
+# a pending gradient source's kind (sopt.grad_source) -> the suffix of the update kernels that fold it
+FOLD_ENTRIES = {"half_sums": "_fold", "fixed_sums": "_fold_fixed"}
 MAX_GROUPS = 16        # parameter groups one dispatch handles
 STATS_GROUPS = 1024    # most thread groups of the statistics pass
 SCAN_PER_THREAD = 4    # float4 gradient vectors per thread of the non-finite scan
@@ -133,8 +135,9 @@ class Optimizer(StateDict):
     update_kernel: ClassVar[Kernel]   # the update's entry point; "<entry>_unchecked" beside it checks nothing
     has_lazy_kernels: ClassVar[bool] = False   # "<entry>_lazy" and "<entry>_unchecked_lazy" exist, compiled with a
                                                # rule's `lazy` option (used when a group sets it: see step)
-    has_fold_kernels: ClassVar[bool] = False   # "<update entry>_fold" beside each update kernel reads its gradients
-                                               # through a pending source's fold (HalfSumsFold: sopt.grad_source)
+    has_fold_kernels: ClassVar[bool] = False   # "<update entry><FOLD_ENTRIES suffix>" beside each update kernel
+                                               # reads its gradients through a pending source's fold (HalfSumsFold,
+                                               # FixedSumsFold: sopt.grad_source)
     kernels: ClassVar[dict[str, Kernel]]   # every kernel of the class by role, from update_kernel (see _kernel)
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
@@ -150,8 +153,9 @@ class Optimizer(StateDict):
                 cls.kernels.update({f"{role}_lazy": Kernel(update.source, f"{cls.kernels[role].entry}_lazy")
                                     for role in ("update", "update_unchecked")})
             if cls.has_fold_kernels:
-                cls.kernels.update({f"{role}_fold": Kernel(update.source, f"{cls.kernels[role].entry}_fold")
-                                    for role in list(cls.kernels) if role.startswith("update")})
+                cls.kernels.update({f"{role}{suffix}": Kernel(update.source, f"{cls.kernels[role].entry}{suffix}")
+                                    for role in list(cls.kernels) if role.startswith("update")
+                                    for suffix in FOLD_ENTRIES.values()})
 
     def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
         # torch's TypeErrors for a missing, repeated or unknown argument
@@ -369,7 +373,7 @@ class Optimizer(StateDict):
         update = "update" if check != _PASS_NONE else "update_unchecked"
         if self.has_lazy_kernels and any(g.get("lazy") for g in self.param_groups):
             update += "_lazy"   # the rule's masking compiled in only where a group asks for it
-        fold = self._take_fold(check, encoder)
+        fold, fold_entry = self._take_fold(check, encoder)
         key, words, fields = self._layout()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
@@ -392,8 +396,8 @@ class Optimizer(StateDict):
         if fold is None:
             self._kernel(update, src, dst).set(arena=buffer, parity=self._attempts % 2).dispatch(arena.n_vec, encoder)
         else:
-            self._kernel(update + "_fold", src, dst).set(arena=buffer, parity=self._attempts % 2, fold=fold).dispatch(
-                arena.n_vec, encoder)
+            self._kernel(update + fold_entry, src, dst).set(arena=buffer, parity=self._attempts % 2,
+                                                            fold=fold).dispatch(arena.n_vec, encoder)
         for p in arena.params:   # zero-on-step: every gradient holds +0 after the update (skipped or not)
             p.mark_grad_zero()
         if double:
@@ -410,26 +414,28 @@ class Optimizer(StateDict):
         if check != _PASS_NONE and self.poll_every > 0 and self._attempts % self.poll_every == 0:
             self.poll_skipped()
 
-    def _take_fold(self, check: int, encoder: spy.CommandEncoder) -> dict[str, Any] | None:
+    def _take_fold(self, check: int, encoder: spy.CommandEncoder) -> tuple[dict[str, Any] | None, str]:
         """The fold arguments of the one pending gradient source this step's update consumes (None: the plain
-        update); every other pending source is flushed into ``encoder`` first (sopt.grad_source): all of them
+        update) and the suffix of the update kernels that fold its kind (FOLD_ENTRIES); every other pending source is
+        flushed into ``encoder`` first (sopt.grad_source): all of them
         when the update cannot fold (no fold kernels, or a pass before the update that reads the gradients)."""
         pending = self.arena.pending
         if not pending:
-            return None
+            return None, ""
         can_fold = self.has_fold_kernels and check in (_PASS_NONE, _PASS_CHECK)
         chosen = None
         for p in list(pending):
             first = self.arena.offsets[self.arena.params.index(p)]
-            if (can_fold and chosen is None and p.pending_grad.kind == "half_sums" and first % 4 == 0
-                    and 2 * p.pending_grad.n_words == p.size):
+            if (can_fold and chosen is None and p.pending_grad.kind in FOLD_ENTRIES and first % 4 == 0
+                    and p.pending_grad.entries == p.size):
                 chosen = (p, first // 4)
             else:
                 p.flush_grad(encoder)
         if chosen is None:
-            return None
+            return None, ""
         p, first_vec = chosen
-        return p.take_pending().fold_args(first_vec)
+        source = p.take_pending()
+        return source.fold_args(first_vec), FOLD_ENTRIES[source.kind]
 
     def flush_pending(self, encoder: spy.CommandEncoder | None = None) -> None:
         """Add every pending gradient term into the arena's gradients (sopt.grad_source): recorded into
