@@ -143,7 +143,7 @@ class _EventRecordsSkipped:
     """
 
     def __enter__(self) -> None:
-        self.slot = ctypes.c_void_p.in_dll(_libsgl(), "cuEventRecord")
+        self.slot = _event_record_slot()
         self.saved = self.slot.value
         self.slot.value = ctypes.cast(_skip_event_record, ctypes.c_void_p).value
 
@@ -152,8 +152,15 @@ class _EventRecordsSkipped:
 
 
 @functools.cache
-def _libsgl() -> ctypes.CDLL:
-    return ctypes.CDLL(str(pathlib.Path(spy.__file__).parent / "libsgl.so"))
+def _event_record_slot() -> ctypes.c_void_p:
+    """slang-rhi's cuEventRecord function pointer, a global of SlangPy's libsgl.so (CaptureError where a SlangPy
+    build does not export it: checked before a capture starts)."""
+    try:
+        return ctypes.c_void_p.in_dll(ctypes.CDLL(str(pathlib.Path(spy.__file__).parent / "libsgl.so")),
+                                      "cuEventRecord")
+    except (OSError, ValueError) as e:   # another SlangPy build: its library or the symbol is not there
+        raise CaptureError(f"this SlangPy ({spy.__version__}) does not expose slang-rhi's cuEventRecord, which a "
+                           f"capture must silence (sopt's CUDA graphs were made with SlangPy 0.43.1): {e}") from e
 
 
 class CudaGraph:
@@ -170,16 +177,26 @@ class CudaGraph:
         self.replays = 0
         self._exec, self._graph, self._context = exec_handle, graph_handle, context
         self._capture_device = capture_device   # its command buffers hold what the captured copies read
+        self.generation = dev._graph_generation
         self._kept = kept                        # every buffer and tensor the captured launches use
 
     def launch(self) -> None:
         """Run the captured calls once, on sopt's stream (ordered with everything sopt submits)."""
         if self._exec is None:
             raise RuntimeError("this CudaGraph was released")
+        if not self.valid:
+            raise RuntimeError(f"this CudaGraph was captured before {dev._graph_invalidated_by}, which replaced "
+                               "buffers its launches use: capture the step again")
         with _Current(self._context):
             _cuda().call("cuGraphLaunch", ctypes.c_void_p(self._exec), ctypes.c_void_p(dev.stream_handle()))
         dev._graph_launches += 1
         dev.count_dispatch(self.dispatches)
+
+    @property
+    def valid(self) -> bool:
+        """False once something replaced buffers the captured launches use (an optimiser's load_state_dict, an
+        arena that grew, a sampler split: sopt.device.invalidate_graphs); launching it then raises."""
+        return self.generation == dev._graph_generation
 
     def replay(self, times: int = 1) -> None:
         """Run the captured calls ``times`` more times (``times * calls`` calls of the function); the host does
@@ -264,6 +281,7 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
     if not is_supported():
         raise RuntimeError(f"CUDA graphs need sopt's CUDA device (SOPT_DEVICE=cuda); this one is "
                            f"{dev.device_kind()}")
+    _event_record_slot()   # CaptureError now, before any call, where this SlangPy cannot be captured
     device = dev.get_device()
     context = _context_handle(device)
     driver = _cuda()

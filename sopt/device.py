@@ -542,6 +542,18 @@ def stream_handle() -> int:
 _capture_target: tuple[spy.Device, int | None] | None = None
 _capture_log: list[tuple[Any, ...]] | None = None
 _graph_launches = 0   # CUDA graphs launched so far (work the host did not record: host-side mirrors re-sync)
+_graph_generation = 0   # bumped when buffers a graph may have captured are replaced (invalidate_graphs)
+
+
+def invalidate_graphs(why: str) -> None:
+    """Buffers or control words a captured CUDA graph may use were replaced (``why``, for its error): every graph
+    captured before refuses to launch (the Trainer captures again)."""
+    global _graph_generation, _graph_invalidated_by
+    _graph_generation += 1
+    _graph_invalidated_by = why
+
+
+_graph_invalidated_by = ""
 
 
 def graph_launches() -> int:
@@ -601,5 +613,6 @@ def synchronize() -> None:
 __all__: Sequence[str] = (
     "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
     "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device", "graph_launches",
-    "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize", "torch_device_index", "upload",
+    "invalidate_graphs", "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize",
+    "torch_device_index", "upload",
 )

@@ -91,6 +91,28 @@ def test_a_call_that_changes_its_arguments_is_refused_after_running() -> None:
     assert np.all(grads == 2.0)   # the captured call ran once, after the checked one
 
 
+@on_cuda
+def test_a_graph_whose_buffers_were_replaced_is_captured_again() -> None:
+    """load_state_dict rewrites the optimiser's control words: the old graph refuses to launch, the Trainer captures
+    a new one, and training still matches recorded steps bit for bit."""
+    plain, graphed = _trainer(False), _trainer(True)
+    plain.train_steps(9)
+    graphed.train_steps(9)
+    old = graphed._graph
+    state = graphed.optimizer.state_dict()
+    graphed.optimizer.load_state_dict(state)
+    plain.optimizer.load_state_dict(plain.optimizer.state_dict())
+    assert not old.valid
+    with pytest.raises(RuntimeError, match="load_state_dict"):
+        old.replay()
+    plain.train_steps(10)
+    graphed.train_steps(10)
+    assert graphed._graph is not old and graphed._graph.valid
+    a, b = _state(plain), _state(graphed)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 @pytest.mark.skipif(cuda_graph.is_supported(), reason="the Vulkan message")
 def test_capture_off_cuda_says_why() -> None:
     with pytest.raises(RuntimeError, match="CUDA graphs need sopt's CUDA device"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import slangpy as spy
 
-from sopt.device import create_command_encoder, get_device, submit
+from sopt.device import create_command_encoder, get_device, invalidate_graphs, submit
 from sopt.parameter import Parameter
 
 VECTOR = 4  # elements per float4
@@ -92,6 +92,7 @@ class ParameterArena:
         side or (``double``) two. Copies run on the GPU, recorded into ``encoder`` (or submitted now)."""
         n_slots = self.n_slots + len(fills)
         self._check_size(n_slots, double)
+        invalidate_graphs("an optimiser's parameter arena moved to a new buffer")
         device = get_device()
         own = encoder is None
         if own:

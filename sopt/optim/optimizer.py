@@ -476,6 +476,7 @@ class Optimizer(StateDict):
         """Continue from ``step`` applied and ``skipped`` skipped steps (load_state_dict): a fresh control buffer
         holding the skipped count, the layout uploaded again on the next step."""
         self._attempts = step + skipped
+        dev.invalidate_graphs("an optimiser's load_state_dict (its control words were rewritten)")
         ctl = np.zeros(_CTL_WORDS, np.uint32)
         ctl[_CTL_SKIPPED] = skipped
         ctl[_CTL_ATTEMPTS + (self._attempts + 1) % 2] = self._attempts   # what the next step's update reads

@@ -153,6 +153,7 @@ class BatchSampler:
                              f"a multiple of {world_size} (it is the global batch: each process draws batch_size / "
                              f"{world_size} of it)")
         part = self.batch_size // world_size
+        dev.invalidate_graphs("a BatchSampler's split (new batch buffers)")
         device = dev.get_device()
         self.batch = Batch(spy.Tensor.empty(device, (part, self.in_dim), "float"),
                            spy.Tensor.empty(device, (part, self.out_dim), "float"))

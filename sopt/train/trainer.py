@@ -289,6 +289,9 @@ class Trainer:
         first call that has room for it, after one recorded step: 4 steps), and the rest record as usual."""
         n = check_int(n, "n", low=0)
         loss = None
+        if self._graph is not None and not self._graph.valid:   # its buffers were replaced: capture again
+            self._graph.release()
+            self._graph = None
         if self.cuda_graph and n and cuda_graph.is_supported():
             if self._graph is None and self._recorded == 0 and n >= 5:
                 # a first step does one-off work (the optimiser's layout upload, the sampler's first counter)
