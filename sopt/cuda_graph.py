@@ -282,6 +282,7 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         raise RuntimeError(f"CUDA graphs need sopt's CUDA device (SOPT_DEVICE=cuda); this one is "
                            f"{dev.device_kind()}")
     _event_record_slot()   # CaptureError now, before any call, where this SlangPy cannot be captured
+    generation = dev._graph_generation
     device = dev.get_device()
     context = _context_handle(device)
     driver = _cuda()
@@ -330,6 +331,10 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         dev._dispatches -= dispatches   # counted again by the launch below, as every replay is
         result.launch()                 # the captured calls, run once: the host recorded them
         _live.add(result)
+    if dev._graph_generation != generation:
+        result.generation = -1   # never launched again: what it captured was replaced while it was captured
+        raise CaptureError(f"{getattr(fn, '__qualname__', fn)!r} replaced buffers while it was captured "
+                           f"({dev._graph_invalidated_by}); run it once before capturing (both periods ran)")
     if check:
         why = _first_difference(first, second, calls)
         if why is not None:

@@ -258,6 +258,7 @@ class Trainer:
         self._graph_loss: Any = None   # the loss value of its last step (reads the latest replay's loss)
         self._recorded = 0             # train_step calls so far (the capture waits for the first one's one-off work)
         self._graph_phase = 0          # _recorded % 2 at the capture: replays need the same (see train_steps)
+        self._recorded_in = -1         # the graph generation (sopt.device) the last recorded step completed in
         if data_parallel is not None:
             data_parallel.split(self)
 
@@ -271,6 +272,7 @@ class Trainer:
         """
         tape = self.tape
         self._recorded += 1
+        self._recorded_in = -1   # set at the end: a step that replaces buffers (an arena that grows) does not count
         with tape:
             loss = self.objective(tape, self.step)
         tape.backward(loss)
@@ -278,6 +280,7 @@ class Trainer:
             self.data_parallel.reduce_gradients(tape, self.optimizer)
         self.optimizer.step(tape.encoder)
         tape.submit()
+        self._recorded_in = device._graph_generation
         if self.scheduler is not None and not self._scheduler_on_metrics:
             self.scheduler.step()
         self.step += 1
@@ -293,11 +296,12 @@ class Trainer:
             self._graph.release()
             self._graph = None
         if self.cuda_graph and n and cuda_graph.is_supported():
-            if self._graph is None and self._recorded == 0 and n >= 5:
-                # a first step does one-off work (the optimiser's layout upload, the sampler's first counter)
+            if self._graph is None and self._recorded_in != device._graph_generation and n >= 5:
+                # a first step, or the first after buffers were replaced (an optimiser's load_state_dict), does
+                # one-off work (the optimiser's layout upload, the sampler's counter): not in the checked periods
                 loss = self.train_step()
                 n -= 1
-            if self._graph is None and self._recorded > 0 and n >= 4:
+            if self._graph is None and self._recorded_in == device._graph_generation and n >= 4:
                 losses: list[Any] = []
 
                 def step() -> None:
