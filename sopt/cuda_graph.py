@@ -296,22 +296,30 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         first: list[tuple[Any, ...]] = []
         second: list[tuple[Any, ...]] = []
         graph = ctypes.c_void_p()
+        exec_handle = ctypes.c_void_p()
+        in_period_2 = False
         try:
-            # command buffers for the capture, made now: inside it the queue cannot recycle any (that queries
-            # the events it records), nor can its heaps allocate (period 1, run for real, sizes them)
+            # command buffers for the capture, made now: inside it the queue cannot recycle any (that polls the
+            # events it records), nor can its heaps allocate (period 1, run for real, sizes them)
             spare = [target.create_command_encoder() for _ in range(_SPARE_COMMAND_BUFFERS)]
             for encoder in spare:
                 target.submit_command_buffer(encoder.finish())
             # period 1, run for real through the capture device
+            dev._capture_thread, dev._capture_submissions = threading.get_ident(), 0
             dev._capture_target, dev._capture_log = (target, dev.stream_handle()), first
             for _ in range(calls):
                 fn()
             target.wait()
+            if dev._capture_submissions > _SPARE_COMMAND_BUFFERS:
+                raise CaptureError(f"{calls} call(s) of {getattr(fn, '__qualname__', fn)!r} submit "
+                                   f"{dev._capture_submissions} command buffers, more than the "
+                                   f"{_SPARE_COMMAND_BUFFERS} a capture can hold (they ran: nothing was captured)")
             d1 = dev.dispatch_count()
             # period 2, captured
             dev._capture_target, dev._capture_log = (target, int(stream.value or 0)), second
             with _Current(context):
                 driver.call("cuStreamBeginCapture_v2", stream, _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            in_period_2 = True
             try:
                 with _EventRecordsSkipped():
                     for _ in range(calls):
@@ -320,12 +328,27 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
                 with _Current(context):
                     ended = driver.lib.cuStreamEndCapture(stream, ctypes.byref(graph))
             driver.check(ended, "cuStreamEndCapture")
+            with _Current(context):
+                driver.call("cuGraphInstantiateWithFlags", ctypes.byref(exec_handle), graph, 0)
+        except BaseException as e:
+            if in_period_2:
+                # the host recorded calls the GPU never ran: whatever mirrors a GPU counter must rewrite it
+                # (BatchSampler re-uploads its step), and graphs made before no longer match
+                dev._graph_launches += 1
+                dev.invalidate_graphs("a capture that failed")
+                with _Current(context):
+                    if graph.value:
+                        driver.lib.cuGraphDestroy(graph)
+                    driver.lib.cuStreamDestroy_v2(stream)
+                if isinstance(e, Exception) and not isinstance(e, CaptureError):
+                    raise CaptureError(f"capturing {getattr(fn, '__qualname__', fn)!r} failed, so its last {calls} "
+                                       f"call(s) recorded on the host never ran on the GPU (restore a checkpoint "
+                                       f"to continue from a consistent state): {e}") from e
+            raise
         finally:
             dev._capture_target, dev._capture_log = None, None
         dispatches = dev.dispatch_count() - d1
-        exec_handle = ctypes.c_void_p()
         with _Current(context):
-            driver.call("cuGraphInstantiateWithFlags", ctypes.byref(exec_handle), graph, 0)
             driver.call("cuStreamDestroy_v2", stream)
         result = CudaGraph(calls, dispatches, exec_handle.value, graph.value, context, target, first + second)
         dev._dispatches -= dispatches   # counted again by the launch below, as every replay is

@@ -23,6 +23,7 @@ import os
 import pathlib
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -446,7 +447,7 @@ class BoundKernel:
         ``(x, y)`` for a 2-D grid of threads (CUDA starts the thread groups of one y before the next y's, x fastest)."""
         global _dispatches
         _dispatches += 1
-        if _capture_log is not None:   # sopt.cuda_graph compares what successive calls record
+        if _capture_log is not None and capturing():   # sopt.cuda_graph compares what successive calls record
             _capture_log.append(("dispatch", self.kernel, threads, _snapshot(self._values)))
         own = encoder is None
         if own:
@@ -496,11 +497,15 @@ def dispatch_count() -> int:
     return _dispatches
 
 
+def capturing() -> bool:
+    """Whether this thread is inside :func:`sopt.cuda_graph.capture` (its submissions go to the capture device)."""
+    return _capture_target is not None and _capture_thread == threading.get_ident()
+
+
 def create_command_encoder() -> spy.CommandEncoder:
-    """A command encoder for sopt's kernels: the device's, or while :mod:`sopt.cuda_graph` captures, the capture
-    device's (on the same CUDA context), whose submissions go into the graph."""
-    capture = _capture_target
-    return (capture[0] if capture is not None else get_device()).create_command_encoder()
+    """A command encoder for sopt's kernels: the device's, or while :mod:`sopt.cuda_graph` captures on this
+    thread, the capture device's (on the same CUDA context), whose submissions go into the graph."""
+    return (_capture_target[0] if capturing() else get_device()).create_command_encoder()   # type: ignore[index]
 
 
 def submit(encoder: spy.CommandEncoder) -> None:
@@ -508,11 +513,11 @@ def submit(encoder: spy.CommandEncoder) -> None:
     CUDA context they run on torch's current stream, ordered with torch's own work without a host wait. While
     :mod:`sopt.cuda_graph` captures, they are recorded into the graph instead (``encoder`` from
     :func:`create_command_encoder`)."""
-    capture = _capture_target
-    if capture is not None:
-        device, stream = capture
-        handle = spy.NativeHandle.from_cuda_stream(stream) if stream is not None else None
-        device.submit_command_buffer(encoder.finish(), **({"cuda_stream": handle} if handle is not None else {}))
+    if capturing():
+        global _capture_submissions
+        device, stream = _capture_target   # type: ignore[misc]
+        _capture_submissions += 1
+        device.submit_command_buffer(encoder.finish(), cuda_stream=spy.NativeHandle.from_cuda_stream(stream))
         return
     device = get_device()
     if _torch_index is not None:
@@ -526,7 +531,7 @@ def upload(encoder: spy.CommandEncoder, buffer: spy.Buffer, offset: int, data: A
     """Record the write of host array ``data`` into ``buffer`` at byte ``offset`` (the values at this call are
     the ones written, whenever the GPU runs it); noted for :mod:`sopt.cuda_graph`'s checks, since a graph replays
     the bytes it captured."""
-    if _capture_log is not None:
+    if _capture_log is not None and capturing():
         _capture_log.append(("upload", buffer, int(offset), bytes(memoryview(data).cast("B"))))
     encoder.upload_buffer_data(buffer, offset, data)
 
@@ -539,7 +544,9 @@ def stream_handle() -> int:
 
 # sopt.cuda_graph's capture state: (capture device, stream) that create_command_encoder/submit use while it
 # captures, and the log of what each dispatch and upload was given, or None when not capturing / checking
-_capture_target: tuple[spy.Device, int | None] | None = None
+_capture_target: tuple[spy.Device, int] | None = None
+_capture_thread = 0          # the thread capturing (other threads' work is not captured)
+_capture_submissions = 0     # submissions through the capture device so far
 _capture_log: list[tuple[Any, ...]] | None = None
 _graph_launches = 0   # CUDA graphs launched so far (work the host did not record: host-side mirrors re-sync)
 _graph_generation = 0   # bumped when buffers a graph may have captured are replaced (invalidate_graphs)
@@ -612,7 +619,7 @@ def synchronize() -> None:
 
 __all__: Sequence[str] = (
     "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
-    "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device", "graph_launches",
+    "capturing", "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device", "graph_launches",
     "invalidate_graphs", "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize",
     "torch_device_index", "upload",
 )

@@ -241,8 +241,13 @@ def _check_positional(function: Function, count: int) -> None:
 
 
 def _run(node: FunctionNode, encoder: spy.CommandEncoder | None, args: tuple, kwargs: dict[str, Any]) -> None:
-    if dev._capture_log is not None:   # sopt.cuda_graph compares what successive calls record
+    if dev._capture_log is not None and dev.capturing():   # sopt.cuda_graph compares what calls record
         dev._capture_log.append(("call", node, dev._snapshot({**dict(enumerate(args)), **kwargs})))
+        if encoder is None:   # recorded through the capture device, as every submission is
+            encoder = dev.create_command_encoder()
+            node.append_to(encoder, *args, **kwargs)
+            dev.submit(encoder)
+            return
     if encoder is None:
         node(*args, **kwargs)
     else:

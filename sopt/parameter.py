@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 import slangpy as spy
 
-from sopt.device import create_command_encoder, get_device, submit
+from sopt.device import create_command_encoder, get_device, submit, upload
 from sopt.validation import as_float32_array
 
 _unnamed = itertools.count()
@@ -212,8 +212,8 @@ class Parameter:
             return
         encoder = create_command_encoder()
         self.flush_grad(encoder)
-        encoder.upload_buffer_data(self._grads.storage, 4 * int(self._grads.offset),
-                                   np.ascontiguousarray(array, np.float32).reshape(-1))
+        upload(encoder, self._grads.storage, 4 * int(self._grads.offset),
+               np.ascontiguousarray(array, np.float32).reshape(-1))
         submit(encoder)
 
 

@@ -113,6 +113,25 @@ def test_a_graph_whose_buffers_were_replaced_is_captured_again() -> None:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+@on_cuda
+def test_a_learning_rate_changed_between_replays_is_captured_again() -> None:
+    """A learning rate set on the host (a scheduler stepped on metrics) reaches the GPU in a recorded step's upload:
+    the graph that replayed the old one is dropped, and training matches recorded steps bit for bit."""
+    plain, graphed = _trainer(False), _trainer(True)
+    plain.train_steps(9)
+    graphed.train_steps(9)
+    old = graphed._graph
+    for t in (plain, graphed):
+        for g in t.optimizer.param_groups:
+            g["lr"] = 3e-3
+    plain.train_steps(10)
+    graphed.train_steps(10)
+    assert graphed._graph is not None and graphed._graph is not old
+    a, b = _state(plain), _state(graphed)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 @pytest.mark.skipif(cuda_graph.is_supported(), reason="the Vulkan message")
 def test_capture_off_cuda_says_why() -> None:
     with pytest.raises(RuntimeError, match="CUDA graphs need sopt's CUDA device"):

@@ -32,13 +32,13 @@ class ResultRing:
         """(slot, serial) for a new evaluation."""
         serial = self.issued
         self.issued += 1
-        if dev._capture_log is not None:   # captured (or the period it is checked against): the graph's slot
+        if dev.capturing():   # captured (or the period it is checked against): the graph's slot
             return self.slots, serial
         return serial % self.slots, serial
 
     def read(self, slot: int, serial: int, what: str) -> tuple[float, int]:
         """(loss, non-finite target count) of the evaluation ``serial`` (waits for the GPU)."""
-        if self.issued - serial > self.slots:
+        if slot < self.slots and self.issued - serial > self.slots:   # the capture slot is never handed out again
             raise RuntimeError(f"{what}: this LossValue was overwritten: its slot was reused after {self.slots} further "
                                "evaluations of the same loss object; call item() sooner or keep the floats instead")
         words = self.buffer.to_numpy().view(np.uint32)[slot * SLOT_WORDS:(slot + 1) * SLOT_WORDS]

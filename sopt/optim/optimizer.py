@@ -301,14 +301,13 @@ class Optimizer(StateDict):
         and a key that changes when either does."""
         # kernel_fields is a function of a group's hyperparameters: derived again only when one of them changed
         # (it costs ~4 us of host time per step on the 2-core lavapipe machine)
-        keys = [h.key for h in self.hyperparameters]
-        values = tuple(tuple(_frozen(g[k]) for k in keys) for g in self.param_groups)
+        key = self._settings_key()
+        values = key[0]
         if self._fields_of is not None and self._fields_of[0] == values:
             fields = self._fields_of[1]
         else:
             fields = [self.kernel_fields(g) for g in self.param_groups]
             self._fields_of = (values, fields)
-        key = (values, self._pass, self.max_grad_norm, tuple(sorted(self._slots.items())), self.arena.n_vec)
         if key == self._layout_key:
             return key, None, fields
         n_vec = self.arena.n_vec
@@ -322,6 +321,18 @@ class Optimizer(StateDict):
         ends = self.arena.group_end_vec
         words[_CTL_GROUP_ENDS - _CTL_LAYOUT:][:len(ends)] = ends
         return key, words, fields
+
+    def _settings_key(self) -> tuple:
+        """Every group's hyperparameters, the checks, the state slots and the arena's size: what a step uploads
+        (the control words, the hyperparameter structs) when it changes."""
+        keys = [h.key for h in self.hyperparameters]
+        values = tuple(tuple(_frozen(g[k]) for k in keys) for g in self.param_groups)
+        return (values, self._pass, self.max_grad_norm, tuple(sorted(self._slots.items())), self.arena.n_vec)
+
+    def settings_changed(self) -> bool:
+        """Whether a hyperparameter (a learning rate a scheduler set), the checks or the state slots changed since
+        the last step() uploaded them: a CUDA graph captured before would replay the old ones."""
+        return self._settings_key() != self._layout_key
 
     def _hyper_records(self, role: str, fields: list[dict[str, float | bool]]) -> np.ndarray:
         """The groups' hyperparameter structs, bytes laid out as the ``role`` kernel reads them: SlangPy's

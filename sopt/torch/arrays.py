@@ -11,6 +11,7 @@ import numpy as np
 import slangpy as spy
 import torch
 
+from sopt import device as dev
 from sopt import tape as tp
 from sopt.cuda_array import tensor_view
 from sopt.torch import placement
@@ -40,7 +41,7 @@ def into_sopt(src: torch.Tensor, dst: spy.Tensor, encoder: spy.CommandEncoder) -
         view.copy_(src if src.shape == view.shape else src.reshape(view.shape))
         return
     host = np.ascontiguousarray(src.detach().reshape(-1).numpy(), np.float32)
-    encoder.upload_buffer_data(dst.storage, 4 * int(dst.offset), host)
+    dev.upload(encoder, dst.storage, 4 * int(dst.offset), host)
 
 
 def new_sopt(src: torch.Tensor, grads: bool, encoder: spy.CommandEncoder) -> spy.Tensor:

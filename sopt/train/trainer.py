@@ -292,9 +292,13 @@ class Trainer:
         first call that has room for it, after one recorded step: 4 steps), and the rest record as usual."""
         n = check_int(n, "n", low=0)
         loss = None
-        if self._graph is not None and not self._graph.valid:   # its buffers were replaced: capture again
+        changed = getattr(self.optimizer, "settings_changed", None)
+        if self._graph is not None and (not self._graph.valid or (changed is not None and changed())):
+            # its buffers were replaced, or the optimiser's settings changed (a learning rate set by a scheduler
+            # on metrics): capture again after a recorded step has uploaded the new ones
             self._graph.release()
             self._graph = None
+            self._recorded_in = -1
         if self.cuda_graph and n and cuda_graph.is_supported():
             if self._graph is None and self._recorded_in != device._graph_generation and n >= 5:
                 # a first step, or the first after buffers were replaced (an optimiser's load_state_dict), does
@@ -307,24 +311,35 @@ class Trainer:
                 def step() -> None:
                     losses.append(self.train_step())
 
-                self._graph_phase = self._recorded % 2
+                self._graph_phase = self._phase()
                 self._graph = cuda_graph.capture(step, calls=2)
                 self._graph_loss, loss = losses[-1], losses[-1]
                 n -= 4
-            if self._graph is not None and n > self._graph.calls and self._recorded % 2 != self._graph_phase:
+            if self._graph is not None and n > self._graph.calls and self._phase() != self._graph_phase:
                 # the arena's sides, the optimiser's and the sampler's counter words alternate with every recorded
                 # step: an odd number of them since the capture would make a replay read the wrong ones
                 loss = self.train_step()
                 n -= 1
-            if self._graph is not None and self._recorded % 2 == self._graph_phase:
-                while n >= self._graph.calls:
+                if self._phase() != self._graph_phase:   # one of them moved on its own (a draw outside a step)
+                    self._graph.release()
+                    self._graph = None
+            if self._graph is not None and self._phase() == self._graph_phase:
+                while n >= self._graph.calls and self._stop_asked is None:
                     self._graph.replay()
                     self.step += self._graph.calls
                     n -= self._graph.calls
                     loss = self._graph_loss
         for _ in range(n):
+            if self.cuda_graph and self._stop_asked is not None:   # fit ends the run at this step
+                break
             loss = self.train_step()
         return loss
+
+    def _phase(self) -> tuple[int, ...]:
+        """What alternates with every recorded step: a replay must start where the capture started."""
+        arena = getattr(self.optimizer, "arena", None)
+        return (self._recorded % 2, getattr(self.optimizer, "_attempts", 0) % 2, getattr(arena, "side", 0),
+                getattr(self.sampler, "_draws", 0) % 2)
 
     def stop(self, reason: str, *, from_outside: bool = False) -> None:
         """Ask ``fit`` to end after the current step (EarlyStopping): that step becomes a metrics step whose
@@ -434,8 +449,10 @@ class Trainer:
         try:
             notices.enter_context(bar.redirect_logging(logging.getLogger("sopt")))
             while self.step < steps:
-                ran = self._steps_to_metrics(steps) if self.cuda_graph else 1
-                loss_value = self.train_steps(ran)
+                before = self.step
+                loss_value = self.train_steps(self._steps_to_metrics(steps)
+                                              if self.cuda_graph and cuda_graph.is_supported() else 1)
+                ran = self.step - before
                 # the previous step's metrics read and callbacks, and these steps: a compile leaves them out
                 rate.tick(ran, synced=waited)
                 waited = False
