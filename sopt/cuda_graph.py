@@ -180,13 +180,20 @@ class CudaGraph:
         self.generation = dev._graph_generation
         self._kept = kept                        # every buffer and tensor the captured launches use
 
-    def launch(self) -> None:
-        """Run the captured calls once, on sopt's stream (ordered with everything sopt submits)."""
+    def launch(self, inputs: list[tuple[Any, int, Any]] = ()) -> None:   # type: ignore[assignment]
+        """Run the captured calls once, on sopt's stream (ordered with everything sopt submits), after writing
+        ``inputs``, (buffer, byte offset, array) uploads: what the calls take anew each time (see
+        ``sopt.device.upload``'s graph_input, ``Optimizer.hyper_inputs``)."""
         if self._exec is None:
             raise RuntimeError("this CudaGraph was released")
         if not self.valid:
             raise RuntimeError(f"this CudaGraph was captured before {dev._graph_invalidated_by}, which replaced "
                                "buffers its launches use: capture the step again")
+        if inputs:
+            encoder = dev.create_command_encoder()
+            for buffer, offset, data in inputs:
+                encoder.upload_buffer_data(buffer, offset, data)
+            dev.submit(encoder)
         with _Current(self._context):
             _cuda().call("cuGraphLaunch", ctypes.c_void_p(self._exec), ctypes.c_void_p(dev.stream_handle()))
         dev._graph_launches += 1
@@ -198,11 +205,11 @@ class CudaGraph:
         arena that grew, a sampler split: sopt.device.invalidate_graphs); launching it then raises."""
         return self.generation == dev._graph_generation
 
-    def replay(self, times: int = 1) -> None:
-        """Run the captured calls ``times`` more times (``times * calls`` calls of the function); the host does
-        not wait for the GPU."""
+    def replay(self, times: int = 1, inputs: list[tuple[Any, int, Any]] = ()) -> None:   # type: ignore[assignment]
+        """Run the captured calls ``times`` more times (``times * calls`` calls of the function), each after
+        writing ``inputs`` (see :meth:`launch`); the host does not wait for the GPU."""
         for _ in range(int(times)):
-            self.launch()
+            self.launch(inputs)
             self.replays += 1
 
     def release(self) -> None:
@@ -315,8 +322,9 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
                                    f"{dev._capture_submissions} command buffers, more than the "
                                    f"{_SPARE_COMMAND_BUFFERS} a capture can hold (they ran: nothing was captured)")
             d1 = dev.dispatch_count()
-            # period 2, captured
-            dev._capture_target, dev._capture_log = (target, int(stream.value or 0)), second
+            # period 2, captured; graph inputs (sopt.device.upload) kept out of it and written before its launch
+            inputs: list[tuple[Any, int, Any]] = []
+            dev._capture_target, dev._capture_log, dev._capture_inputs = (target, int(stream.value or 0)), second, inputs
             with _Current(context):
                 driver.call("cuStreamBeginCapture_v2", stream, _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             in_period_2 = True
@@ -346,13 +354,13 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
                                        f"to continue from a consistent state): {e}") from e
             raise
         finally:
-            dev._capture_target, dev._capture_log = None, None
+            dev._capture_target, dev._capture_log, dev._capture_inputs = None, None, None
         dispatches = dev.dispatch_count() - d1
         with _Current(context):
             driver.call("cuStreamDestroy_v2", stream)
         result = CudaGraph(calls, dispatches, exec_handle.value, graph.value, context, target, first + second)
         dev._dispatches -= dispatches   # counted again by the launch below, as every replay is
-        result.launch()                 # the captured calls, run once: the host recorded them
+        result.launch(inputs)           # the captured calls, run once: the host recorded them
         _live.add(result)
     if dev._graph_generation != generation:
         result.generation = -1   # never launched again: what it captured was replaced while it was captured

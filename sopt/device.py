@@ -28,6 +28,7 @@ import time
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import slangpy as spy
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
@@ -527,12 +528,20 @@ def submit(encoder: spy.CommandEncoder) -> None:
     device.submit_command_buffer(encoder.finish())
 
 
-def upload(encoder: spy.CommandEncoder, buffer: spy.Buffer, offset: int, data: Any) -> None:
+def upload(encoder: spy.CommandEncoder, buffer: spy.Buffer, offset: int, data: Any,
+           graph_input: bool = False) -> None:
     """Record the write of host array ``data`` into ``buffer`` at byte ``offset`` (the values at this call are
     the ones written, whenever the GPU runs it); noted for :mod:`sopt.cuda_graph`'s checks, since a graph replays
-    the bytes it captured."""
-    if _capture_log is not None and capturing():
-        _capture_log.append(("upload", buffer, int(offset), bytes(memoryview(data).cast("B"))))
+    the bytes it captured. ``graph_input``: data a replayed graph is given anew before each launch (an
+    optimiser's hyperparameter rows): not compared, and while captured, kept out of the graph and written before
+    the capture's own launch."""
+    if capturing():
+        if graph_input:
+            if _capture_inputs is not None:   # the captured period
+                _capture_inputs.append((buffer, int(offset), np.array(data, copy=True)))
+                return
+        elif _capture_log is not None:
+            _capture_log.append(("upload", buffer, int(offset), bytes(memoryview(data).cast("B"))))
     encoder.upload_buffer_data(buffer, offset, data)
 
 
@@ -548,6 +557,7 @@ _capture_target: tuple[spy.Device, int] | None = None
 _capture_thread = 0          # the thread capturing (other threads' work is not captured)
 _capture_submissions = 0     # submissions through the capture device so far
 _capture_log: list[tuple[Any, ...]] | None = None
+_capture_inputs: list[tuple[Any, int, Any]] | None = None   # graph inputs of the captured period (see upload)
 _graph_launches = 0   # CUDA graphs launched so far (work the host did not record: host-side mirrors re-sync)
 _graph_generation = 0   # bumped when buffers a graph may have captured are replaced (invalidate_graphs)
 

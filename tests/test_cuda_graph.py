@@ -138,8 +138,25 @@ def test_capture_off_cuda_says_why() -> None:
         cuda_graph.capture(lambda: None)
 
 
-def test_trainer_cuda_graph_refuses_a_per_step_scheduler() -> None:
-    from sopt.optim.lr_scheduler import StepLR
+def test_trainer_cuda_graph_refuses_data_parallel() -> None:
     t = _trainer(False)
-    with pytest.raises(ValueError, match="cuda_graph=True cannot replay a scheduler"):
-        Trainer(t.model, MSELoss(), t.optimizer, t.sampler, scheduler=StepLR(t.optimizer, 10), cuda_graph=True)
+    with pytest.raises(ValueError, match="cuda_graph=True cannot replay data_parallel"):
+        Trainer(t.model, MSELoss(), t.optimizer, t.sampler, data_parallel=object(), cuda_graph=True)
+
+
+def test_a_scheduled_learning_rate_trains_the_same_with_cuda_graph() -> None:
+    """A warm-up then cosine schedule, stepped after every step: replayed steps get their own learning rates,
+    written before each launch, and train bit for bit as recorded ones (on Vulkan both record every step)."""
+    from sopt.optim.lr_scheduler import WarmupCosineLR
+    runs = []
+    for graph in (False, True):
+        t = _trainer(graph)
+        t.scheduler = WarmupCosineLR(t.optimizer, warmup_steps=5, total_steps=30)
+        t.train_steps(21)
+        runs.append((t, _state(t), t.optimizer.param_groups[0]["lr"]))
+    (plain, a, lr_a), (graphed, b, lr_b) = runs
+    assert lr_a == lr_b and graphed.step == 21
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    if cuda_graph.is_supported():
+        assert graphed._graph is not None and graphed._graph.replays >= 7

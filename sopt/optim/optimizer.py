@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 import numpy as np
 import slangpy as spy
@@ -195,6 +195,8 @@ class Optimizer(StateDict):
         self._ctl = device.create_buffer(size=4 * _CTL_WORDS, data=np.zeros(_CTL_WORDS, np.uint32),
                                          usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
         self._hyper: spy.Buffer | None = None   # the kernel's hyperparameter structs, made on the first step
+        self._hyper_rows: list[Any] = [None, None]   # (update role, hyperparameters) each parity's row holds
+        self._captured_role = ""   # the update role of the last step (settings_changed)
         self._layout_key: tuple | None = None
         self._fields_of: tuple[tuple, list[dict[str, float | bool]]] | None = None   # (hyperparameters, fields)
         self._attempts = 0
@@ -308,7 +310,9 @@ class Optimizer(StateDict):
         else:
             fields = [self.kernel_fields(g) for g in self.param_groups]
             self._fields_of = (values, fields)
-        if key == self._layout_key:
+        # the words do not hold hyperparameters (their rows do: _hyper_row): only the number of groups counts
+        if (self._layout_key is not None and key[1:] == self._layout_key[1:]
+                and len(values) == len(self._layout_key[0])):
             return key, None, fields
         n_vec = self.arena.n_vec
         words = np.zeros(_CTL_GROUP_ENDS - _CTL_LAYOUT + MAX_GROUPS, np.uint32)
@@ -322,6 +326,41 @@ class Optimizer(StateDict):
         words[_CTL_GROUP_ENDS - _CTL_LAYOUT:][:len(ends)] = ends
         return key, words, fields
 
+    def _hyper_row(self, parity: int, update: str, values: tuple,
+                   fields: list[dict[str, float | bool]]) -> tuple[spy.Buffer, int, np.ndarray] | None:
+        """The upload (buffer, byte offset, records) of the groups' hyperparameter structs into row ``parity`` of
+        the hyperparameter buffer (what a step of that parity reads), or None when the row holds them already
+        (counted as written from here on)."""
+        if self._hyper_rows[parity] == (update, values):
+            return None
+        records = self._hyper_records(update, fields)
+        if self._hyper is None:
+            self._hyper = dev.get_device().create_buffer(
+                size=2 * records.nbytes, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
+        self._hyper_rows[parity] = (update, values)
+        return self._hyper, parity * records.nbytes, records
+
+    def hyper_inputs(self, steps: int, before_step: Callable[[int], None]) -> list[tuple[spy.Buffer, int, np.ndarray]]:
+        """The hyperparameter rows of the next ``steps`` steps replayed from a CUDA graph (sopt.cuda_graph), to be
+        uploaded before it launches: ``before_step(j)`` runs after step j's row is taken (a Trainer steps its
+        scheduler there, as it does after a recorded step). Replayed steps keep the parity of the recorded ones, so
+        step j reads row ``(attempts + 1 + j) % 2``."""
+        update = self._update_role(self._pass)
+        uploads = []
+        for j in range(steps):
+            key, _, fields = self._layout()
+            row = self._hyper_row((self._attempts + 1 + j) % 2, update, key[0], fields)
+            if row is not None:
+                uploads.append(row)
+            before_step(j)
+        return uploads
+
+    def _update_role(self, check: int) -> str:
+        update = "update" if check != _PASS_NONE else "update_unchecked"
+        if self.has_lazy_kernels and any(g.get("lazy") for g in self.param_groups):
+            update += "_lazy"   # the rule's masking compiled in only where a group asks for it
+        return update
+
     def _settings_key(self) -> tuple:
         """Every group's hyperparameters, the checks, the state slots and the arena's size: what a step uploads
         (the control words, the hyperparameter structs) when it changes."""
@@ -330,9 +369,12 @@ class Optimizer(StateDict):
         return (values, self._pass, self.max_grad_norm, tuple(sorted(self._slots.items())), self.arena.n_vec)
 
     def settings_changed(self) -> bool:
-        """Whether a hyperparameter (a learning rate a scheduler set), the checks or the state slots changed since
-        the last step() uploaded them: a CUDA graph captured before would replay the old ones."""
-        return self._settings_key() != self._layout_key
+        """Whether the checks, the state slots, the arena or a hyperparameter that picks the kernels (a group's
+        ``lazy``) changed since the last step() uploaded them: a CUDA graph captured before would replay the old
+        ones. Other hyperparameters (a learning rate a scheduler set) are graph inputs (:meth:`hyper_inputs`)."""
+        key = self._settings_key()
+        return (self._layout_key is None or key[1:] != self._layout_key[1:]
+                or self._update_role(self._pass) != self._captured_role)
 
     def _hyper_records(self, role: str, fields: list[dict[str, float | bool]]) -> np.ndarray:
         """The groups' hyperparameter structs, bytes laid out as the ``role`` kernel reads them: SlangPy's
@@ -381,21 +423,18 @@ class Optimizer(StateDict):
         if buffer is not self._bound_buffer:
             self._bound.clear()   # kernels bound to a previous buffer would keep it alive
             self._bound_buffer = buffer
-        update = "update" if check != _PASS_NONE else "update_unchecked"
-        if self.has_lazy_kernels and any(g.get("lazy") for g in self.param_groups):
-            update += "_lazy"   # the rule's masking compiled in only where a group asks for it
+        update = self._update_role(check)
         fold, fold_entry = self._take_fold(check, encoder)
         key, words, fields = self._layout()
         if words is not None:
             # recorded in the command stream, so steps still in flight keep the values they were given
             dev.upload(encoder, self._ctl, 4 * _CTL_LAYOUT, words)
-            records = self._hyper_records(update, fields)
-            if self._hyper is None:
-                self._hyper = dev.get_device().create_buffer(
-                    size=records.nbytes, usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
-            dev.upload(encoder, self._hyper, 0, records)
             self._layout_key = key
         self._attempts += 1
+        self._captured_role = update
+        row = self._hyper_row(self._attempts % 2, update, key[0], fields)
+        if row is not None:   # a graph's input when captured: written before each replay instead (hyper_inputs)
+            dev.upload(encoder, *row, graph_input=True)
         arena.version += 1   # every parameter's values change (sopt.Tape's check)
         src = arena.side_offset(arena.side)
         dst = arena.side_offset(arena.side ^ 1) if double else src
@@ -493,6 +532,7 @@ class Optimizer(StateDict):
         ctl[_CTL_ATTEMPTS + (self._attempts + 1) % 2] = self._attempts   # what the next step's update reads
         self._ctl.copy_from_numpy(ctl)
         self._layout_key = None
+        self._hyper_rows = [None, None]
         self._skipped_seen = skipped
         self._results_seen = 0   # the counter restarts from zero with the control buffer
 

@@ -189,9 +189,10 @@ class Trainer:
             once and replay it between metrics steps, two steps per launch: the host then costs one launch per
             two steps instead of ~10 dispatches per step, which is what limits small batches. The first five
             steps of a run record as usual (the capture checks that two steps repeat); a step that cannot be
-            replayed raises CaptureError there. ValueError with a scheduler stepped every step (its learning
-            rate would be replayed stale) or with ``data_parallel`` (its all-reduce runs on the host); on Vulkan
-            steps are recorded as without it.
+            replayed raises CaptureError there. A scheduler still steps after every step: the optimiser's
+            hyperparameters of the two steps are written before each launch (``Optimizer.hyper_inputs``).
+            ValueError with ``data_parallel`` (its all-reduce runs on the host); on Vulkan steps are recorded
+            as without it.
 
     ``step`` counts completed steps; the batch of step ``s`` (0-based) is ``sampler.sample(s)``, so a run
     resumed from a checkpoint (:meth:`restore`) draws the same batches as one that never stopped.
@@ -227,9 +228,6 @@ class Trainer:
         log_every = check_int(log_every, "log_every", low=1)
         progress = check_bool(progress, "progress")
         cuda_graph = check_bool(cuda_graph, "cuda_graph")
-        if cuda_graph and scheduler is not None and not _step_takes_metric(scheduler):
-            raise ValueError("cuda_graph=True cannot replay a scheduler stepped every step (its learning rate would "
-                             "be the captured one); step it on metrics (ReduceLROnPlateau) or leave cuda_graph off")
         if cuda_graph and data_parallel is not None:
             raise ValueError("cuda_graph=True cannot replay data_parallel's all-reduce (it runs on the host every "
                              "step); leave cuda_graph off with data_parallel")
@@ -281,8 +279,7 @@ class Trainer:
         self.optimizer.step(tape.encoder)
         tape.submit()
         self._recorded_in = device._graph_generation
-        if self.scheduler is not None and not self._scheduler_on_metrics:
-            self.scheduler.step()
+        self._step_scheduler()
         self.step += 1
         return loss
 
@@ -325,7 +322,10 @@ class Trainer:
                     self._graph = None
             if self._graph is not None and self._phase() == self._graph_phase:
                 while n >= self._graph.calls and self._stop_asked is None:
-                    self._graph.replay()
+                    # the learning rates of the replayed steps (a scheduler stepped after each, as train_step does)
+                    inputs = (self.optimizer.hyper_inputs(self._graph.calls, lambda j: self._step_scheduler())
+                              if hasattr(self.optimizer, "hyper_inputs") else ())
+                    self._graph.replay(inputs=inputs)
                     self.step += self._graph.calls
                     n -= self._graph.calls
                     loss = self._graph_loss
@@ -334,6 +334,11 @@ class Trainer:
                 break
             loss = self.train_step()
         return loss
+
+    def _step_scheduler(self) -> None:
+        """After a step: a scheduler stepped every step takes its step (one stepped on metrics waits for them)."""
+        if self.scheduler is not None and not self._scheduler_on_metrics:
+            self.scheduler.step()
 
     def _phase(self) -> tuple[int, ...]:
         """What alternates with every recorded step: a replay must start where the capture started."""
