@@ -196,6 +196,7 @@ class Optimizer(StateDict):
                                          usage=spy.BufferUsage.shader_resource | spy.BufferUsage.unordered_access)
         self._hyper: spy.Buffer | None = None   # the kernel's hyperparameter structs, made on the first step
         self._hyper_rows: list[Any] = [None, None]   # (update role, hyperparameters) each parity's row holds
+        self._hyper_cursors: dict[str, tuple[Any, set[str], spy.BufferCursor]] = {}   # by role (_hyper_records)
         self._captured_role = ""   # the update role of the last step (settings_changed)
         self._layout_key: tuple | None = None
         self._fields_of: tuple[tuple, list[dict[str, float | bool]]] | None = None   # (hyperparameters, fields)
@@ -380,11 +381,14 @@ class Optimizer(StateDict):
         """The groups' hyperparameter structs, bytes laid out as the ``role`` kernel reads them: SlangPy's
         BufferCursor over the element type of its entry point's ``hyper`` parameter, written field by field by
         name (the struct's order and the backend's layout are the compiler's business, not the host's)."""
-        kernel = self.kernels[role].load()
-        parameters = {p.name: p for p in kernel.program.layout.entry_points[0].parameters}
-        layout = parameters["hyper"].type_layout.element_type_layout
-        declared = {f.name for f in layout.fields}
-        cursor = spy.BufferCursor(dev.get_device().info.type, layout, MAX_GROUPS)
+        made = self._hyper_cursors.get(role)
+        if made is None:   # the layout and a cursor over it, once per role (a replay writes rows every step)
+            kernel = self.kernels[role].load()
+            parameters = {p.name: p for p in kernel.program.layout.entry_points[0].parameters}
+            layout = parameters["hyper"].type_layout.element_type_layout
+            made = self._hyper_cursors[role] = (layout, {f.name for f in layout.fields},
+                                                spy.BufferCursor(dev.get_device().info.type, layout, MAX_GROUPS))
+        layout, declared, cursor = made
         for k, group in enumerate(fields):
             if set(group) != declared:   # the class and its kernel disagree: a bug of the optimiser, not of a config
                 raise TypeError(f"{type(self).__name__}.kernel_fields gives {sorted(group)}, but the struct "
@@ -393,7 +397,7 @@ class Optimizer(StateDict):
             for name, value in group.items():
                 with np.errstate(over="ignore"):   # a finite value beyond float32 becomes inf: the checked
                     record[name] = value if isinstance(value, bool) else float(np.float32(value))   # update
-        return cursor.to_numpy()   # reports the step it spoils
+        return cursor.to_numpy().copy()   # reports the step it spoils; a copy: the cursor is written again
 
     # -- the step ---------------------------------------------------------------------------------------------
     def step(self, encoder: spy.CommandEncoder | None = None) -> None:
