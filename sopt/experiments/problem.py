@@ -79,6 +79,9 @@ class ProblemConfig(StrictModel):
     log_every: int = Field(10, ge=1, le=10_000_000, description="steps between metrics records "
                                                                 "(each waits for the GPU)")
     checkpoint_every: int = Field(100, ge=1, le=10_000_000, description="steps between checkpoints")
+    cuda_graph: bool = Field(False, description="on CUDA, replay the training steps between metrics records from a "
+                                                "CUDA graph (Trainer(cuda_graph=True)); recorded as usual elsewhere "
+                                                "and with several processes")
 
     def __init_subclass__(cls, problem: str | None = None, **kwargs: Any) -> None:
         """``class MyConfig(ProblemConfig, problem="my_problem")``: the one place a problem's name is stated (the

@@ -255,7 +255,8 @@ def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress:
     trainer = Trainer(**parts, callbacks=[*own, JSONLLogger(metrics_path, append=resuming),
                                           Checkpoint(checkpoint_path, every=config.checkpoint_every),
                                           _Summary(summary, config.checkpoint_every), *callbacks],
-                      log_every=config.log_every, progress=progress, data_parallel=data_parallel)
+                      log_every=config.log_every, progress=progress, data_parallel=data_parallel,
+                      cuda_graph=config.cuda_graph and data_parallel is None)
     at_step = None
     if resuming and os.path.lexists(checkpoint_path):   # a dangling link there is a CheckpointError, not step 0
         # a checkpoint that does not load raises here (CheckpointError), before any file of the run changes
