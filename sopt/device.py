@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import slangpy as spy
+from slangpy.experimental.gridarg import GridArg
 
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
 
@@ -594,6 +595,12 @@ def _argument(v: Any) -> Any:
         return tuple(_argument(x) for x in v)
     if hasattr(v, "dtype") and hasattr(v, "tobytes"):   # a numpy array or scalar: its bytes
         return (str(v.dtype), getattr(v, "shape", ()), v.tobytes())
+    if isinstance(v, GridArg):   # spy.grid(...), made anew by each call: its shape, stride and offset
+        return ("grid", tuple(v.shape), tuple(v.stride), tuple(v.offset))
+    if isinstance(v, spy.Tensor):   # a view made anew by a call: the buffer it views (kept alive) and where
+        return ("tensor", _Same(v.storage), int(v.offset), tuple(v.shape), tuple(v.strides), str(v.dtype))
+    if type(v).__module__ == "slangpy.math":   # spy.float2(...) and the like: values, compared with ==
+        return (type(v).__name__, str(v))
     return _Same(v)
 
 
