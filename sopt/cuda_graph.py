@@ -51,8 +51,8 @@ __all__ = ["CaptureError", "CudaGraph", "capture", "is_supported"]
 _CU_STREAM_NON_BLOCKING = 1
 _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
 _SPARE_COMMAND_BUFFERS = 256   # submissions a capture may make (one per encoder; a training step makes 1-3)
-_lock = threading.Lock()   # one capture at a time (the capture target is process-wide)
-_live: "weakref.WeakSet[CudaGraph]" = weakref.WeakSet()   # released quietly at exit (see CudaGraph._drop)
+_lock = threading.Lock()   # one capture at a time (sopt.device holds one capture target, and the event swap)
+_live: "weakref.WeakSet[CudaGraph]" = weakref.WeakSet()   # released at exit, before SlangPy closes its devices
 
 
 class CaptureError(RuntimeError):
@@ -77,7 +77,6 @@ class _Driver:
             "cuStreamDestroy_v2": [vp], "cuStreamBeginCapture_v2": [vp, ctypes.c_int],
             "cuStreamEndCapture": [vp, p], "cuGraphInstantiateWithFlags": [p, vp, ctypes.c_ulonglong],
             "cuGraphLaunch": [vp, vp], "cuGraphExecDestroy": [vp], "cuGraphDestroy": [vp],
-            "cuGraphGetNodes": [vp, p, ctypes.POINTER(ctypes.c_size_t)],
         }
         for name, args in self._sig.items():
             fn = getattr(self.lib, name)
@@ -234,7 +233,7 @@ class CudaGraph:
         return f"CudaGraph(calls={self.calls}, dispatches={self.dispatches}, {state})"
 
 
-def _first_difference(first: list[tuple[Any, ...]], second: list[tuple[Any, ...]], calls: int) -> str | None:
+def _first_difference(first: list[tuple[Any, ...]], second: list[tuple[Any, ...]]) -> str | None:
     """Where two periods of recorded commands differ (a sentence), or None when they are the same."""
     for k, (a, b) in enumerate(zip(first, second)):
         if a[0] != b[0] or a[1] is not b[1]:
@@ -324,7 +323,8 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
             d1 = dev.dispatch_count()
             # period 2, captured; graph inputs (sopt.device.upload) kept out of it and written before its launch
             inputs: list[tuple[Any, int, Any]] = []
-            dev._capture_target, dev._capture_log, dev._capture_inputs = (target, int(stream.value or 0)), second, inputs
+            dev._capture_target = (target, int(stream.value or 0))
+            dev._capture_log, dev._capture_inputs = second, inputs
             with _Current(context):
                 driver.call("cuStreamBeginCapture_v2", stream, _CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             in_period_2 = True
@@ -367,7 +367,7 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         raise CaptureError(f"{getattr(fn, '__qualname__', fn)!r} replaced buffers while it was captured "
                            f"({dev._graph_invalidated_by}); run it once before capturing (both periods ran)")
     if check:
-        why = _first_difference(first, second, calls)
+        why = _first_difference(first, second)
         if why is not None:
             raise CaptureError(
                 f"{calls} call(s) of {getattr(fn, '__qualname__', fn)!r} do not repeat, so a graph would replay "

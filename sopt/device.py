@@ -561,6 +561,7 @@ _capture_log: list[tuple[Any, ...]] | None = None
 _capture_inputs: list[tuple[Any, int, Any]] | None = None   # graph inputs of the captured period (see upload)
 _graph_launches = 0   # CUDA graphs launched so far (work the host did not record: host-side mirrors re-sync)
 _graph_generation = 0   # bumped when buffers a graph may have captured are replaced (invalidate_graphs)
+_graph_invalidated_by = ""   # what bumped it last (for the error of a graph launched after)
 
 
 def invalidate_graphs(why: str) -> None:
@@ -571,9 +572,6 @@ def invalidate_graphs(why: str) -> None:
     _graph_invalidated_by = why
 
 
-_graph_invalidated_by = ""
-
-
 def graph_launches() -> int:
     """CUDA graphs launched so far by :mod:`sopt.cuda_graph` (objects that mirror a GPU counter on the host, such
     as BatchSampler's step, rewrite it after a launch)."""
@@ -581,8 +579,9 @@ def graph_launches() -> int:
 
 
 def _snapshot(values: dict[str, Any]) -> tuple[Any, ...]:
-    """The arguments a dispatch was recorded with, comparable between two dispatches: numbers by value, objects
-    (buffers, tensors) by identity, kept alive by the tuple itself (a graph replays their addresses)."""
+    """The arguments a dispatch was recorded with, comparable between two dispatches: numbers, arrays, grids and
+    SlangPy vectors by value, tensors by the buffer they view and where, other objects (buffers) by identity;
+    buffers are kept alive by the tuple itself (a graph replays their addresses)."""
     return tuple((k, _argument(v)) for k, v in sorted(values.items(), key=lambda kv: str(kv[0])))
 
 
@@ -636,7 +635,7 @@ def synchronize() -> None:
 
 __all__: Sequence[str] = (
     "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
-    "capturing", "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device", "graph_launches",
-    "invalidate_graphs", "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize",
+    "capturing", "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device",
+    "graph_launches", "invalidate_graphs", "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize",
     "torch_device_index", "upload",
 )

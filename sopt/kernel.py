@@ -241,17 +241,17 @@ def _check_positional(function: Function, count: int) -> None:
 
 
 def _run(node: FunctionNode, encoder: spy.CommandEncoder | None, args: tuple, kwargs: dict[str, Any]) -> None:
+    own = False
     if dev._capture_log is not None and dev.capturing():   # sopt.cuda_graph compares what calls record
         dev._capture_log.append(("call", node, dev._snapshot({**dict(enumerate(args)), **kwargs})))
         if encoder is None:   # recorded through the capture device, as every submission is
-            encoder = dev.create_command_encoder()
-            node.append_to(encoder, *args, **kwargs)
-            dev.submit(encoder)
-            return
+            encoder, own = dev.create_command_encoder(), True
     if encoder is None:
         node(*args, **kwargs)
     else:
         node.append_to(encoder, *args, **kwargs)
+    if own:
+        dev.submit(encoder)
 
 
 class Kernel:

@@ -197,7 +197,7 @@ class Optimizer(StateDict):
         self._hyper: spy.Buffer | None = None   # the kernel's hyperparameter structs, made on the first step
         self._hyper_rows: list[Any] = [None, None]   # (update role, hyperparameters) each parity's row holds
         self._hyper_cursors: dict[str, tuple[Any, set[str], spy.BufferCursor]] = {}   # by role (_hyper_records)
-        self._captured_role = ""   # the update role of the last step (settings_changed)
+        self._last_update_role = ""   # the update kernel's role in the last step (settings_changed)
         self._layout_key: tuple | None = None
         self._fields_of: tuple[tuple, list[dict[str, float | bool]]] | None = None   # (hyperparameters, fields)
         self._attempts = 0
@@ -375,7 +375,7 @@ class Optimizer(StateDict):
         ones. Other hyperparameters (a learning rate a scheduler set) are graph inputs (:meth:`hyper_inputs`)."""
         key = self._settings_key()
         return (self._layout_key is None or key[1:] != self._layout_key[1:]
-                or self._update_role(self._pass) != self._captured_role)
+                or self._update_role(self._pass) != self._last_update_role)
 
     def _hyper_records(self, role: str, fields: list[dict[str, float | bool]]) -> np.ndarray:
         """The groups' hyperparameter structs, bytes laid out as the ``role`` kernel reads them: SlangPy's
@@ -435,7 +435,7 @@ class Optimizer(StateDict):
             dev.upload(encoder, self._ctl, 4 * _CTL_LAYOUT, words)
             self._layout_key = key
         self._attempts += 1
-        self._captured_role = update
+        self._last_update_role = update
         row = self._hyper_row(self._attempts % 2, update, key[0], fields)
         if row is not None:   # a graph's input when captured: written before each replay instead (hyper_inputs)
             dev.upload(encoder, *row, graph_input=True)
@@ -470,9 +470,9 @@ class Optimizer(StateDict):
 
     def _take_fold(self, check: int, encoder: spy.CommandEncoder) -> tuple[dict[str, Any] | None, str]:
         """The fold arguments of the one pending gradient source this step's update consumes (None: the plain
-        update) and the suffix of the update kernels that fold its kind (FOLD_ENTRIES); every other pending source is
-        flushed into ``encoder`` first (sopt.grad_source): all of them
-        when the update cannot fold (no fold kernels, or a pass before the update that reads the gradients)."""
+        update) and the suffix of the update kernels that fold its kind (FOLD_ENTRIES); every other pending source
+        is flushed into ``encoder`` first (sopt.grad_source): all of them when the update cannot fold (no fold
+        kernels, or a pass before the update that reads the gradients)."""
         pending = self.arena.pending
         if not pending:
             return None, ""

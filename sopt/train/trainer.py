@@ -255,7 +255,7 @@ class Trainer:
         self._graph: Any = None        # the captured period (sopt.cuda_graph.CudaGraph), made by train_steps
         self._graph_loss: Any = None   # the loss value of its last step (reads the latest replay's loss)
         self._recorded = 0             # train_step calls so far (the capture waits for the first one's one-off work)
-        self._graph_phase = 0          # _recorded % 2 at the capture: replays need the same (see train_steps)
+        self._graph_phase: tuple[int, ...] = ()   # _phase() at the capture: replays need the same (train_steps)
         self._recorded_in = -1         # the graph generation (sopt.device) the last recorded step completed in
         if data_parallel is not None:
             data_parallel.split(self)
@@ -291,8 +291,8 @@ class Trainer:
         loss = None
         changed = getattr(self.optimizer, "settings_changed", None)
         if self._graph is not None and (not self._graph.valid or (changed is not None and changed())):
-            # its buffers were replaced, or the optimiser's settings changed (a learning rate set by a scheduler
-            # on metrics): capture again after a recorded step has uploaded the new ones
+            # its buffers were replaced, or the optimiser's settings that pick its kernels changed (learning rates
+            # are written before each replay): capture again after a recorded step has uploaded the new ones
             self._graph.release()
             self._graph = None
             self._recorded_in = -1
