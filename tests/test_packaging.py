@@ -58,3 +58,32 @@ def test_installed_sopt_command_runs_a_problem_from_another_folder(tmp_path):
     assert "finished 3 steps" in r.stdout, r.stdout
     for name in ("config.toml", "summary.json", "result.json", "trajectories.png"):
         assert (tmp_path / "run" / name).is_file(), name
+
+
+# The import names of sopt's dependencies, required and optional (pyproject.toml's names -> what they install)
+IMPORT_NAMES = {"slangpy": "slangpy", "numpy": "numpy", "tqdm": "tqdm", "pillow": "PIL", "pydantic": "pydantic",
+                "matplotlib": "matplotlib", "tomli-w": "tomli_w", "pytest": "pytest", "trimesh": "trimesh",
+                "scikit-image": "skimage", "scipy": "scipy", "tensorboardx": "tensorboardX", "ray": "ray",
+                "torch": "torch", "imageio": "imageio", "imageio-ffmpeg": "imageio_ffmpeg"}
+
+
+def _dependency_names() -> set[str]:
+    import re
+    import tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    specs = list(project["dependencies"]) + [s for extra in project["optional-dependencies"].values() for s in extra]
+    return {re.match(r"[A-Za-z0-9_.-]+", s).group(0).lower() for s in specs}
+
+
+def test_every_dependency_has_its_import_name_listed():
+    missing = _dependency_names() - set(IMPORT_NAMES)
+    assert not missing, f"add the import names of {sorted(missing)} to IMPORT_NAMES"
+
+
+def test_no_folder_under_tests_is_named_like_a_module_it_could_shadow():
+    # pytest puts test folders on sys.path: a folder tests/torch becomes a namespace package named torch where
+    # torch is not installed, and importorskip("torch") then passes
+    taken = set(IMPORT_NAMES.values()) | set(sys.stdlib_module_names) | {"sopt"}
+    folders = [p for p in (REPO / "tests").rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    clashes = sorted(str(p.relative_to(REPO)) for p in folders if p.name in taken)
+    assert folders and not clashes, clashes

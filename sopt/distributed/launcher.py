@@ -28,6 +28,7 @@ import time
 from typing import IO, Sequence
 
 from sopt.distributed.environment import keep_multicast_off
+from sopt.train.stop_signals import handling_stop_signals
 
 GRACE_SECONDS = 5.0   # after SIGTERM, before SIGKILL, for ranks stopped because another failed
 _PR_SET_PDEATHSIG = 1
@@ -87,7 +88,8 @@ def launch(nproc: int, command: Sequence[str], *, out: IO[str] | None = None) ->
                 with contextlib.suppress(ProcessLookupError):
                     p.send_signal(signum)
 
-    saved = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop_signals = handling_stop_signals(forward)
+    stop_signals.__enter__()
     try:
         for rank in range(nproc):
             log = logs[rank]
@@ -115,8 +117,6 @@ def launch(nproc: int, command: Sequence[str], *, out: IO[str] | None = None) ->
                   file=out)
         return status if status > 0 else 2   # a rank killed by a signal: -signum
     finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -124,6 +124,7 @@ def launch(nproc: int, command: Sequence[str], *, out: IO[str] | None = None) ->
         for log in logs:
             if log is not None:
                 log.close()
+        stop_signals.__exit__(None, None, None)   # last: it may hand a signal on to the program's own handler
 
 
 def _stop_all(procs: list[subprocess.Popen]) -> None:

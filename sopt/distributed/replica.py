@@ -15,6 +15,7 @@ import signal
 from typing import Any
 
 from sopt.train import Trainer
+from sopt.train.stop_signals import handling_stop_signals
 
 
 def train_replica(problem: Any, data_parallel: Any, checkpoint: pathlib.Path | None = None) -> Any:
@@ -33,9 +34,5 @@ def train_replica(problem: Any, data_parallel: Any, checkpoint: pathlib.Path | N
     def ask_stop(signum: int, frame: Any) -> None:
         trainer.stop(f"interrupted by {signal.Signals(signum).name}", from_outside=True)
 
-    saved = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_stop_signals(ask_stop):
         return trainer.fit(config.steps)
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)

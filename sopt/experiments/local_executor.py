@@ -34,6 +34,7 @@ from sopt.experiments.metric_curve import MetricCurve
 from sopt.experiments.prune import MedianStoppingRule, SuccessiveHalving
 from sopt.experiments.run_dir import ENV_FILE, read_json
 from sopt.experiments.sweep_dir import SweepDir, Trial, live_trial_pid, start_action, trial_outcome
+from sopt.train.stop_signals import handling_stop_signals
 
 TrialCommand = Callable[[str, pathlib.Path, str, Sequence[str]], list[str]]
 POLL_S = 0.2
@@ -279,7 +280,8 @@ class LocalExecutor:
         if self.pruner is not None:
             for t in self.sweep.trials:     # the finished and stopped trials' curves count for the pruner
                 self._curve(t).read()
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        stop_signals = handling_stop_signals(self._on_signal)
+        stop_signals.__enter__()
         running: list[_Running] = []
         try:
             for trial in list(todo):        # processes a killed sweep left running come first, beyond --jobs
@@ -332,6 +334,5 @@ class LocalExecutor:
                     self._finish(r)
                 except OSError:      # sweep.json cannot be written: the exception on its way out says why
                     pass
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            stop_signals.__exit__(None, None, None)   # last: it may hand a signal on to the program's own handler
         return self.interrupted

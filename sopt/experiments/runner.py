@@ -44,6 +44,7 @@ from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ER
 from sopt.experiments.run_records import flatten
 from sopt.regular_file import read_bytes
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
+from sopt.train.stop_signals import handling_stop_signals
 
 INTERRUPTED = "interrupted"
 
@@ -121,7 +122,8 @@ class _StopOnSignal:
     KeyboardInterrupt, for a user who really wants out)."""
 
     def __init__(self, trainer: Trainer) -> None:
-        self.trainer, self.received, self.saved = trainer, None, {}
+        self.trainer, self.received = trainer, None
+        self._handling = handling_stop_signals(self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None and signum == signal.SIGINT:
@@ -130,16 +132,11 @@ class _StopOnSignal:
         self.trainer.stop(f"{INTERRUPTED} by {self.received}", from_outside=True)
 
     def __enter__(self) -> "_StopOnSignal":
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self.saved[sig] = signal.signal(sig, self._handle)
-            except ValueError:   # not the main thread: no handlers (a Ray worker thread)
-                pass
+        self._handling.__enter__()   # not the main thread (a Ray worker thread): no handlers
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
+        self._handling.__exit__(None, None, None)
 
 
 def start(problem: Problem, run_dir: pathlib.Path, overrides: Iterable[str] = (), *, progress: bool = True,

@@ -74,7 +74,7 @@ def whole(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def stopped(tmp_path_factory) -> pathlib.Path:
+def stopped(tmp_path_factory, own_sigterm_module) -> pathlib.Path:
     """The same run stopped by SIGTERM after step 13 (checkpointed there, status interrupted); copy before use."""
     out = tmp_path_factory.mktemp("stopped") / "run"
     original = Trainer.train_step
@@ -109,7 +109,7 @@ def test_a_run_stopped_between_metrics_steps_resumes_to_the_uninterrupted_record
     assert same_summary(summary(run), summary(whole)) == same_summary(summary(whole), summary(whole))
 
 
-def test_a_signal_while_a_step_is_logged_stops_at_a_checkpointed_step(tmp_path, whole, monkeypatch):
+def test_a_signal_while_a_step_is_logged_stops_at_a_checkpointed_step(tmp_path, whole, monkeypatch, own_sigterm):
     # SIGTERM lands while the record of step 15 is written, after that step's turn for a checkpoint (not due)
     out = tmp_path / "run"
     original = JSONLLogger.on_metrics
