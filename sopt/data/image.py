@@ -1,11 +1,15 @@
 """RGB images as float arrays: loading (any format Pillow reads), saving as PNG, a procedural test image,
 and the pixel-centre coordinates a neural field is fitted on.
 
-Images are ``(H, W, 3)`` float32 arrays with values in [0, 1], row 0 at the top.
+Images are ``(H, W, 3)`` float32 arrays with values in [0, 1], row 0 at the top. A file loads at its own levels:
+``v / 255`` of an 8-bit one, ``v / 65535`` of a 16-bit one (grey, grey + alpha, RGB and RGBA PNGs: Pillow keeps
+only the high byte of 16-bit colour PNGs, so :func:`read_levels` decodes their low bytes too). The size in a
+file's header is checked before anything is decoded (:func:`image_size_problem`).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
 
@@ -15,33 +19,147 @@ from PIL import Image, UnidentifiedImageError
 from sopt import atomic_write
 from sopt.validation import as_real_array, check_int
 
+MAX_IMAGE_SIDE = 8192        # pixels of either side of an image file that is decoded
+DECODE_BYTES_PER_PIXEL = 48  # what decoding one pixel may take at its peak (16-bit RGBA twice, float32 copies)
+_EXPECTED = "expected a PNG/JPEG/... file"
+# 16-bit colour PNGs: (Pillow's raw mode, high bytes) -> the raw mode that unpacks the low bytes in their place
+_LOW_BYTES = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L"}
+
+
+class ImageRefused(ValueError):
+    """An image file refused with a line naming it (too large, levels of an unknown range)."""
+
+
+def image_size_problem(width: int, height: int, memory: int | None = None) -> str | None:
+    """Why an image of ``width`` x ``height`` pixels is not decoded (a side over MAX_IMAGE_SIDE, or more than half
+    of ``memory`` bytes, default the host's available memory, to decode it), in words, or None."""
+    if max(width, height) > MAX_IMAGE_SIDE:
+        return f"is {width} x {height} pixels; at most {MAX_IMAGE_SIDE} pixels a side are decoded"
+    if memory is None:
+        from sopt.device import host_memory_available
+        memory = host_memory_available()
+    need = width * height * DECODE_BYTES_PER_PIXEL
+    if need > memory // 2:
+        return (f"is {width} x {height} pixels; decoding it takes about {need / 2**30:.3g} GiB, more than half of "
+                f"the {memory / 2**30:.3g} GiB of host memory available")
+    return None
+
+
+def _open_checked(data: bytes, name: str) -> Image.Image:
+    """``data`` opened lazily (header only), its size checked before any pixel is decoded."""
+    img = Image.open(io.BytesIO(data))
+    problem = image_size_problem(*img.size)
+    if problem is not None:
+        img.close()
+        raise ImageRefused(f"image {name} {problem}; downscale it first")
+    return img
+
+
+def _sixteen_bit_colour(data: bytes, name: str, img: Image.Image) -> np.ndarray | None:
+    """(H, W, C) uint16 of a 16-bit colour PNG (RGB, RGBA, grey + alpha) that Pillow would cut to 8 bits, or None
+    for any other image."""
+    if len(img.tile) != 1 or img.tile[0][0] != "zip":
+        return None
+    rawmode = img.tile[0][3]
+    if rawmode == "LA;16B":   # 4 bytes a pixel: unpacked byte for byte as RGBA, both bytes of L and A at once
+        img.tile = [img.tile[0]._replace(args="RGBA")]
+        img.load()
+        raw = np.asarray(img).astype(np.uint16)
+        return np.stack([raw[..., 0] * 256 + raw[..., 1], raw[..., 2] * 256 + raw[..., 3]], axis=-1)
+    if rawmode not in _LOW_BYTES:
+        return None
+    img.load()
+    high = np.asarray(img).astype(np.uint16)
+    with _open_checked(data, name) as again:   # the same file decoded again for the low bytes
+        again.tile = [again.tile[0]._replace(args=_LOW_BYTES[rawmode])]
+        again.load()
+        low = np.asarray(again).astype(np.uint16)
+    return high * 256 + low
+
+
+def read_levels(path: str | os.PathLike[str]) -> np.ndarray:
+    """The image at ``path`` as ``(H, W, C)`` float32 in [0, 1] at the file's own levels: C = 1 (grey), 2 (grey +
+    alpha), 3 (RGB) or 4 (RGBA); a palette's colours (and its transparency) as RGB(A), 16-bit files divided by
+    65535, 8-bit ones by 255. ValueError naming the file when it does not exist, is no regular file, is larger
+    than :func:`image_size_problem` allows (found from its header, before decoding) or is not an image."""
+    from sopt.regular_file import FileTooLargeError, file_problem, read_bytes
+
+    name = repr(str(path))
+    problem = file_problem(path)
+    if problem == "does not exist":
+        raise ValueError(f"image path {name} does not exist; {_EXPECTED}")
+    if problem is not None:
+        raise ValueError(f"image path {name} {'is not a file' if problem == 'is a folder' else problem}; {_EXPECTED}")
+    try:
+        # a compressed file is smaller than its pixels: read at most what its largest decodable image would hold
+        data = read_bytes(path, MAX_IMAGE_SIDE ** 2 * 8 + 2**20)
+        with _open_checked(data, name) as img:
+            wide = _sixteen_bit_colour(data, name, img)
+            if wide is not None:
+                return wide.astype(np.float32) / np.float32(65535.0)
+            img.load()
+            mode = img.mode
+            if mode.startswith("I;16"):
+                return (np.asarray(img).astype(np.float32) / np.float32(65535.0))[..., None]
+            if mode == "I":   # 32-bit integers: 16-bit grey as older Pillow versions open it
+                grey = np.asarray(img)
+                if grey.size and (grey.min() < 0 or grey.max() > 65535):
+                    raise ImageRefused(f"image {name} holds 32-bit integer levels from {grey.min()} to {grey.max()}; "
+                                     "expected 8- or 16-bit levels")
+                return (grey.astype(np.float32) / np.float32(65535.0))[..., None]
+            if mode == "F":
+                grey = np.asarray(img, np.float32)
+                if grey.size and not (np.isfinite(grey).all() and grey.min() >= 0.0 and grey.max() <= 1.0):
+                    raise ImageRefused(f"image {name} holds floating-point levels outside [0, 1] (or NaN); "
+                                     "expected levels in [0, 1]")
+                return grey[..., None]
+            has_alpha = "A" in mode or "a" in mode or "transparency" in img.info
+            grey = mode in ("1", "L", "LA", "La")
+            target = ("LA" if has_alpha else "L") if grey else ("RGBA" if has_alpha else "RGB")
+            array = np.asarray(img if mode == target else img.convert(target), np.float32) / np.float32(255.0)
+            return array[..., None] if array.ndim == 2 else array
+    except ImageRefused:
+        raise
+    except FileTooLargeError as exc:
+        raise ValueError(f"image {name} holds {exc.size} bytes or more; at most {exc.limit} are read") from None
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"image {name} is too large to load: {exc}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:   # Pillow's, for a damaged file
+        raise ValueError(f"{name} is not an image Pillow can read (expected PNG, JPEG, ...): {exc}") from None
+
+
+def as_rgba(levels: np.ndarray) -> np.ndarray:
+    """``(H, W, 4)``: :func:`read_levels`' array with grey replicated to RGB and alpha 1 where the file has none."""
+    channels = levels.shape[2]
+    rgb = np.repeat(levels[..., :1], 3, axis=2) if channels <= 2 else levels[..., :3]
+    alpha = levels[..., -1:] if channels in (2, 4) else np.ones_like(levels[..., :1])
+    return np.concatenate([rgb, alpha], axis=2)
+
+
+def resize(image: np.ndarray, size: tuple[int, int], method: Image.Resampling) -> np.ndarray:
+    """``(H, W, C)`` float32 ``image`` resampled to ``size`` = (width, height), each channel in floating point
+    (no rounding to 8 bits)."""
+    return np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(image[..., c], np.float32), mode="F").resize(
+        size, method)) for c in range(image.shape[2])], axis=-1)
+
 
 def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.ndarray:
-    """Read the image at ``path`` as ``(H, W, 3)`` float32 RGB in [0, 1] (alpha dropped, grey replicated).
+    """Read the image at ``path`` as ``(H, W, 3)`` float32 RGB in [0, 1] (alpha dropped, grey replicated) at its
+    own levels (:func:`read_levels`: 16-bit files keep their 16 bits).
 
-    ``max_side``: when the longer side exceeds it, the image is downscaled (Lanczos) to that size, keeping
-    its aspect ratio. ValueError when the path does not exist, is not a file, or is not an image.
+    ``max_side``: when the longer side exceeds it, the image is downscaled (Lanczos, in floating point) to that
+    size, keeping its aspect ratio. ValueError when the path does not exist, is not a file, is too large or is
+    not an image.
     """
     if max_side is not None:
         max_side = check_int(max_side, "max_side", low=1)
-    file = pathlib.Path(path)
-    if not file.exists():
-        raise ValueError(f"image path {str(file)!r} does not exist; expected a PNG/JPEG/... file")
-    if not file.is_file():
-        raise ValueError(f"image path {str(file)!r} is not a file; expected a PNG/JPEG/... file")
-    try:
-        with Image.open(file) as img:   # Pillow refuses images of more than 2 * Image.MAX_IMAGE_PIXELS pixels
-            img.load()
-            rgb = img.convert("RGB")
-    except Image.DecompressionBombError as exc:
-        raise ValueError(f"image {str(file)!r} is too large to load: {exc}") from None
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-        raise ValueError(f"{str(file)!r} is not an image Pillow can read (expected PNG, JPEG, ...): {exc}") from None
-    if max_side is not None and max(rgb.size) > max_side:
-        scale = max_side / max(rgb.size)
-        size = (max(1, round(rgb.width * scale)), max(1, round(rgb.height * scale)))
-        rgb = rgb.resize(size, Image.Resampling.LANCZOS)
-    return np.asarray(rgb, dtype=np.float32) / 255.0
+    rgb = as_rgba(read_levels(path))[..., :3]
+    h, w = rgb.shape[:2]
+    if max_side is not None and max(h, w) > max_side:
+        scale = max_side / max(h, w)
+        rgb = np.clip(resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.LANCZOS),
+                      0.0, 1.0)
+    return np.ascontiguousarray(rgb, np.float32)
 
 
 def save_image(path: str | os.PathLike[str], image: np.ndarray) -> None:

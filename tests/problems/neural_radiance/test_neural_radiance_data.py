@@ -131,7 +131,7 @@ def test_the_loader_reads_the_nerf_synthetic_layout(tmp_path: pathlib.Path):
     # the problem's config accepts the folder; a missing frame is named
     assert load_config(data=str(tmp_path)).data == str(tmp_path.resolve())
     (tmp_path / "train" / "r_1.png").unlink()
-    with pytest.raises(ValueError, match=r"transforms_train.json frames\[1\]: the frame .*r_1.png' does not exist"):
+    with pytest.raises(ValueError, match=r"transforms_train.json' frames\[1\]: the frame .*r_1.png' does not exist"):
         load_split(tmp_path, "train", (1.0, 1.0, 1.0), max_side=8)
     (tmp_path / "transforms_test.json").write_text("{\"frames\": []}")
     with pytest.raises(ValueError, match="non-empty 'frames' list"):
