@@ -11,6 +11,8 @@
 
 ``forward(x)`` takes a float32 tensor ``(..., in_features)`` and returns ``(..., out_features)``; ``backward``
 runs sopt's backward kernels through a ``torch.autograd.Function`` into ``x.grad`` and the parameters' ``.grad``.
+A NaN in a row of ``x`` makes that row's output NaN, as torch's layers do; an empty batch (0 rows) gives an empty
+``(0, out_features)`` output and, backward, an empty ``x.grad`` and zero parameter gradients, with no GPU work.
 
 Parameters: torch Parameters named as ``module.state_dict()``'s keys (``"0.weight"``; a FullyFusedMLP's per-layer
 ``"0.weight"``, ``"0.bias"``, ... are strided windows of its one flat Parameter), so ``state_dict()``,
@@ -283,6 +285,9 @@ class _ModuleCall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, owner: TorchModule, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        if x.numel() == 0:   # SlangPy makes no empty array: an empty batch is answered here, with no GPU work
+            ctx.owner, ctx.session, ctx.x_shape = owner, None, tuple(x.shape)
+            return x.new_empty(_output_shape(owner.sopt_module, x))
         need = any(ctx.needs_input_grad[1:])
         y, session, xs, ys, seed = owner._forward(x, need)
         ctx.owner, ctx.session, ctx.xs, ctx.ys, ctx.seed, ctx.x_shape = owner, session, xs, ys, seed, tuple(x.shape)
@@ -291,5 +296,18 @@ class _ModuleCall(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, gy: torch.Tensor) -> tuple[Any, ...]:
+        if ctx.session is None:   # an empty batch: dL/dx is empty, and no row adds to a parameter's gradient
+            wants = ctx.needs_input_grad
+            gx = gy.new_zeros(ctx.x_shape) if wants[1] else None
+            return (None, gx, *(torch.zeros_like(p) if wants[2 + k] else None
+                                for k, p in enumerate(ctx.owner._params)))
         gx, grads = ctx.owner._backward(ctx, gy.contiguous())
         return (None, gx, *grads)
+
+
+def _output_shape(module: Module, x: torch.Tensor) -> tuple[int, ...]:
+    """The shape of ``module``'s output for the input ``x`` (..., in_features): (..., out_features), a 1-d
+    ``x`` of N rows giving (N, out_features); a module that keeps the feature count keeps ``x``'s."""
+    lead = tuple(x.shape[:-1]) if x.dim() > 1 else tuple(x.shape)
+    width = module.out_features if module.out_features is not None else (x.shape[-1] if x.dim() > 1 else 1)
+    return lead + (width,)

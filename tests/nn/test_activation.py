@@ -114,3 +114,27 @@ def test_make_activation_parses_names_dicts_and_instances():
         make_activation({"slope": 0.1})
     with pytest.raises(ValueError, match="beta"):
         Softplus(beta=0.0)
+
+
+def test_relu_passes_nan_through_as_torch_does_in_every_network_kernel():
+    # ReLU(NaN) was 0, so a NaN input row came out of an MLP as its output bias
+    from sopt.nn import MLP, FullyFusedMLP
+    x = np.array([[0.2, -0.4, 0.6], [np.nan, 0.1, 0.3], [-0.5, 0.5, 0.25]], np.float32)
+    y = ReLU()(x).to_numpy()
+    assert np.isnan(y[1, 0]) and y[1, 1:].tolist() == [np.float32(0.1), np.float32(0.3)]
+    assert y[0].tolist() == [np.float32(0.2), 0.0, np.float32(0.6)]
+    for net in (Linear(3, 4, activation="relu", seed=1), MLP(3, 2, hidden_features=8, hidden_layers=2, seed=2),
+                FullyFusedMLP(3, 2, 16, 2, activation="relu", seed=3)):
+        y = net(spy.Tensor.from_numpy(dev.get_device(), x)).to_numpy()
+        clean = net(spy.Tensor.from_numpy(dev.get_device(), np.delete(x, 1, 0))).to_numpy()
+        assert np.isnan(y[1]).all(), (type(net).__name__, y[1])
+        np.testing.assert_array_equal(np.delete(y, 1, 0), clean)
+
+
+def test_an_empty_batch_is_one_line_before_any_gpu_work():
+    # SlangPy makes no empty array (it asserts m_desc.size > 0): sopt.nn refuses 0 rows by name first
+    from sopt.nn import MLP
+    for net, name in ((Linear(3, 2, seed=1), "Linear"), (MLP(3, 2, hidden_features=8, hidden_layers=1), "Sequential")):
+        with pytest.raises(ValueError) as info:
+            net(np.zeros((0, 3), np.float32))
+        assert str(info.value) == f"{name}: the batch is empty (shape (0, 3)); N must be >= 1"

@@ -119,3 +119,42 @@ def test_gradients_match_float64_reference(kind: str, tdev: torch.device) -> Non
     assert _rel(dx, x64.grad.numpy()) <= 1e-4
     for k, p in sd.items():
         assert _rel(grads[k], p.grad.numpy()) <= 1e-4, k
+
+
+RELU_MODULES = {
+    "MLP_relu": lambda: MLP(2, 3, hidden_features=16, hidden_layers=2, activation="relu", seed=2),
+    "FullyFusedMLP_relu": lambda: FullyFusedMLP(2, 3, 8, 2, activation="relu", seed=4),
+}
+
+
+@pytest.mark.parametrize("kind", ["Linear", "MLP_relu", "FullyFusedMLP_relu", "HashGridEncoding", "Sequential"])
+def test_a_nan_row_gives_a_nan_output_row_and_leaves_the_others(kind: str, tdev: torch.device) -> None:
+    # ReLU used to map the NaN of a hidden unit to 0, so the row's output was the output layer's bias
+    module = {**MODULES, **RELU_MODULES}[kind]()
+    tm = TorchModule(module)
+    x, _ = _inputs(module, n=4)
+    clean = tm(torch.from_numpy(x).to(tdev)).detach().cpu().numpy()
+    x[2, 0] = np.nan
+    y = tm(torch.from_numpy(x).to(tdev)).detach().cpu().numpy()
+    assert np.isnan(y[2]).all(), y[2]
+    np.testing.assert_array_equal(np.delete(y, 2, 0), np.delete(clean, 2, 0))
+
+
+@pytest.mark.parametrize("kind", ["Linear", "FullyFusedMLP", "Sequential"])
+def test_an_empty_batch_gives_an_empty_output_and_zero_gradients(kind: str, tdev: torch.device) -> None:
+    module = MODULES[kind]()
+    tm = TorchModule(module)
+    n_in, n_out = module.in_features, module.out_features
+    x = torch.zeros((0, n_in), device=tdev, requires_grad=True)
+    y = tm(x)
+    assert (tuple(y.shape), y.dtype, y.device) == ((0, n_out), torch.float32, x.device)
+    y.sum().backward()
+    assert tuple(x.grad.shape) == (0, n_in)
+    assert [(k, float(p.grad.abs().sum())) for k, p in tm.named_parameters()] == [
+        (k, 0.0) for k, _ in tm.named_parameters()]
+    assert tuple(tm(torch.zeros((2, 0, n_in), device=tdev)).shape) == (2, 0, n_out)
+    # the module works as before on a batch with rows
+    xs, dy = _inputs(module)
+    y, dx, _ = _torch_call(tm, xs, dy, tdev)
+    y_ref, dx_ref, _ = vjp(module, xs, dy)
+    assert _rel(y, y_ref) <= 1e-6 and _rel(dx, dx_ref) <= 1e-6
