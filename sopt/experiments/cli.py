@@ -74,11 +74,19 @@ def load_run_config(config_path: str | None, problem_name: str | None, overrides
     if problem_name is not None and "problem" in data and data["problem"] != problem_name:
         raise ConfigError([f"--problem {problem_name!r} but config file {config_path!r} says problem = "
                            f"{data['problem']!r}"])
-    for o in parsed:   # an override may name the problem (problem=fit_cloth), but not remove it
+    # an override may name the problem (problem=fit_cloth) when nothing else does, but not remove it, nor
+    # contradict --problem, the file's problem key or an earlier override
+    named = (f"--problem {problem_name!r}" if problem_name is not None
+             else f"config file {config_path!r}, which says problem = {data['problem']!r}" if "problem" in data
+             else None)
+    for o in parsed:
         if o.key == ("problem",):
             if o.op != "set":
                 raise ConfigError([f"override {o.text!r}: the problem key can only be set (problem=NAME)"])
-            name = o.value
+            if named is not None and o.value != name:
+                raise ConfigError([f"override {o.shown} conflicts with {named}: name the problem once (drop the "
+                                   "override, or change the other)"])
+            name, named = o.value, f"override {o.shown}"
     cls = problem_class(name)
     default = defaults(cls.schema)   # built and checked once (complete would make it again each time)
     data = complete(cls.schema, merge(default, {**data, "problem": name}), default)

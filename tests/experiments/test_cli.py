@@ -192,8 +192,17 @@ MALFORMED: list[tuple[str, dict[str, Any], list[str], list[str]]] = [
      ["--problem 'fit_cloth' but config file '", "says problem = 'fit_projectile'"]),
     ("remove_problem", {}, ["--problem", "fit_projectile", "~problem"],
      ["override '~problem': the problem key can only be set (problem=NAME)"]),
+    ("override_problem_disagrees_with_flag", {}, ["--problem", "neural_field_image", "problem=fit_cloth"],
+     ["error: override 'problem=fit_cloth' conflicts with --problem 'neural_field_image': name the problem once "
+      "(drop the override, or change the other)"]),
     ("override_unknown_problem", {}, ["--problem", "fit_projectile", "problem=heat_inverce"],
-     ["config problem = 'heat_inverce': unknown problem; did you mean 'heat_inverse'?"]),
+     ["error: override 'problem=heat_inverce' conflicts with --problem 'fit_projectile'"]),
+    ("override_problem_disagrees_with_file", {"c.toml": P}, ["{tmp}/c.toml", "problem=fit_cloth"],
+     ["error: override 'problem=fit_cloth' conflicts with config file '", "c.toml', which says problem = "
+      "'fit_projectile': name the problem once (drop the override, or change the other)"]),
+    ("override_problem_disagrees_with_override", {}, ["--problem", "fit_cloth", "problem=fit_cloth",
+                                                      "problem=fit_projectile"],
+     ["error: override 'problem=fit_projectile' conflicts with override 'problem=fit_cloth'"]),
     # override grammar
     ("double_dot", {}, ["--problem", "fit_projectile", "a..b=1"],
      ["override 'a..b=1': 'a..b' is not a dotted key like a.b"]),
