@@ -55,6 +55,25 @@ def _open_checked(data: bytes, name: str) -> Image.Image:
     return img
 
 
+def image_header_size(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(width, height) of the image file at ``path`` from its header alone (nothing decoded); ValueError naming
+    the file when it is no regular file, not an image or too large to decode (:func:`image_size_problem`)."""
+    from sopt.regular_file import open_regular
+
+    name = repr(str(path))
+    try:
+        with open_regular(path) as f, Image.open(f) as img:
+            size = img.size
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"image {name} is too large to load: {exc}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ValueError(f"{name} is not an image Pillow can read (expected PNG, JPEG, ...): {exc}") from None
+    problem = image_size_problem(*size)
+    if problem is not None:
+        raise ImageRefused(f"image {name} {problem}; downscale it first")
+    return size
+
+
 def _sixteen_bit_colour(data: bytes, name: str, img: Image.Image) -> np.ndarray | None:
     """(H, W, C) uint16 of a 16-bit colour PNG (RGB, RGBA, grey + alpha) that Pillow would cut to 8 bits, or None
     for any other image."""

@@ -149,6 +149,9 @@ class Problem:
     name: ClassVar[str]
     schema: ClassVar[type[ProblemConfig]]
     description: ClassVar[str] = ""
+    # whether ``sopt run --nproc N`` may train it on N processes: its trainer_parts' sampler is a
+    # sopt.train.BatchSampler, which sopt.distributed splits; checked before the problem is built
+    splits_batch: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """The registration: a class that sets ``schema`` (a ProblemConfig subclass declared with
@@ -185,6 +188,11 @@ class Problem:
 
     def summary(self) -> list[str]:
         """Lines printed at the end of a run (after finish)."""
+        return []
+
+    def input_files(self) -> list[pathlib.Path]:
+        """The files this run reads as data; a run records their fingerprint and ``sopt resume`` refuses changed
+        ones. None by default (a problem whose data is generated)."""
         return []
 
 

@@ -159,6 +159,12 @@ class NeuralRadianceConfig(NeuralFieldConfig, problem="neural_radiance"):
                            f"{self.train_views} views of {self.image_size}^2 pixels x 3 floats are more than "
                            f"{MAX_ELEMENTS} (32-bit tensor indices); lower it or train_views"))
         refuse(self, errors)
+        if self.data is not None:   # the transforms files, cameras and frame sizes, before any pixel is decoded
+            from sopt.problems.neural_radiance.nerf_synthetic import check_data
+            try:
+                check_data(self.data, {"train": self.train_views, "test": self.test_views})
+            except ValueError as exc:
+                refuse(self, [(("data",), self.data, str(exc))])
         check_memory(self, "rays_per_batch", self.memory_estimate(),
                      f"{self.train_views + self.test_views} views of {self.image_size}^2 pixels, "
                      f"{self.rays_per_batch} x {self.samples_per_ray} samples x {self._floats_per_sample()} floats, "

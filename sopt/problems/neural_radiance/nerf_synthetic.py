@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from sopt.data.image import as_rgba, read_levels, resize
+from sopt.data.image import as_rgba, image_header_size, read_levels, resize
 from sopt.nesting import text_depth
 from sopt.problems.neural_radiance.cameras import Cameras
 from sopt.problems.neural_radiance.views import Views
@@ -117,15 +117,19 @@ def _pose(frame: dict[str, Any], where: str) -> np.ndarray:
     return c2w
 
 
+def _frame_path(folder: pathlib.Path, file_path: str) -> pathlib.Path:
+    """The PNG a frame's ``file_path`` names (".png" added when it has another suffix or none)."""
+    path = folder / file_path
+    return path if path.suffix.lower() == ".png" else path.with_name(path.name + ".png")
+
+
 def _frame(folder: pathlib.Path, frame: Any, where: str, background: np.ndarray, max_side: int
            ) -> tuple[np.ndarray, np.ndarray]:
     """(image (H, W, 3) float32 on the background, downscaled; c2w (4, 4)) of one frame entry."""
     if not isinstance(frame, dict) or not isinstance(frame.get("file_path"), str):
         raise ValueError(f"{where}: expected an object with a 'file_path' string and a 'transform_matrix'")
     c2w = _pose(frame, where)
-    path = folder / frame["file_path"]
-    if path.suffix.lower() != ".png":
-        path = path.with_name(path.name + ".png")
+    path = _frame_path(folder, frame["file_path"])
     problem = file_problem(path)
     if problem is not None:
         raise ValueError(f"{where}: the frame {str(path)!r} {problem}")
@@ -162,3 +166,44 @@ def load_split(folder: str | os.PathLike[str], split: str, background: tuple[flo
     h, w = images[0].shape[:2]
     cameras = Cameras(np.stack(poses), w, h, float(data["camera_angle_x"]))
     return Views(np.stack(images), cameras)
+
+
+def check_data(folder: str | os.PathLike[str], limits: dict[str, int | None]) -> None:
+    """What :func:`load_split` checks of each split in ``limits`` (split -> its ``limit``) short of decoding a pixel:
+    the transforms file, each loaded frame's entry and camera, that its PNG exists and the size in its header;
+    ValueError (load_split's line) for the first problem. Cheap enough for config validation."""
+    folder = pathlib.Path(folder)
+    for split, limit in limits.items():
+        path, data = _transforms(folder, split)
+        frames = data["frames"][:limit] if limit is not None else data["frames"]
+        for i, frame in enumerate(frames):
+            where = f"{str(path)!r} frames[{i}]"
+            if not isinstance(frame, dict) or not isinstance(frame.get("file_path"), str):
+                raise ValueError(f"{where}: expected an object with a 'file_path' string and a 'transform_matrix'")
+            _pose(frame, where)
+            png = _frame_path(folder, frame["file_path"])
+            problem = file_problem(png)
+            if problem is not None:
+                raise ValueError(f"{where}: the frame {str(png)!r} {problem}")
+            try:
+                image_header_size(png)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+
+
+def input_files(folder: str | os.PathLike[str], limits: dict[str, int | None]) -> list[pathlib.Path]:
+    """The files :func:`load_split` reads for each split of ``limits`` (split -> its ``limit``): the split's
+    transforms file, then the PNG of each frame it loads. ValueError as load_split's for a malformed transforms
+    file."""
+    folder = pathlib.Path(folder)
+    files = []
+    for split, limit in limits.items():
+        path, data = _transforms(folder, split)
+        files.append(path)
+        frames = data["frames"][:limit] if limit is not None else data["frames"]
+        for i, frame in enumerate(frames):
+            if not isinstance(frame, dict) or not isinstance(frame.get("file_path"), str):
+                raise ValueError(f"{str(path)!r} frames[{i}]: expected an object with a 'file_path' string and a "
+                                 "'transform_matrix'")
+            files.append(_frame_path(folder, frame["file_path"]))
+    return files

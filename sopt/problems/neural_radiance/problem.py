@@ -13,13 +13,14 @@ from sopt.experiments.problem import Problem
 from sopt.problems.neural_radiance import scene
 from sopt.problems.neural_radiance.config import NeuralRadianceConfig
 from sopt.problems.neural_radiance.field import RadianceField
-from sopt.problems.neural_radiance.nerf_synthetic import load_split
+from sopt.problems.neural_radiance.nerf_synthetic import input_files, load_split
 from sopt.problems.neural_radiance.plot import CURVES_FILE, VIEWS_FILE, depth_map, plot_curves, plot_views
 from sopt.problems.neural_radiance.rays import CameraRays, TrainingRays
 from sopt.problems.neural_radiance.ssim import missing as ssim_missing, ssim
 from sopt.problems.neural_radiance.views import Views
 from sopt.tape import Tape
 from sopt.train import EarlyStopping, Evaluate, Trainer
+from sopt.train.progress import notice
 
 PREDICTION_FILE = "test_{:03d}.png"   # each held-out view as rendered at the end
 
@@ -30,11 +31,17 @@ def load_views(config: NeuralRadianceConfig) -> tuple[Views, Views]:
     ``data``'s transforms_train.json and transforms_test.json, downscaled to ``image_size``."""
     background = config.background_rgb
     if config.data is None:
+        n = config.supersample
+        notice(f"neural_radiance: rendering the built-in scene: {config.train_views} training and "
+               f"{config.test_views} held-out views of {config.image_size} x {config.image_size} pixels"
+               + (f", {n} x {n} rays a pixel at edges" if n > 1 else ""))
         train_cams, test_cams = scene.builtin_cameras(config.train_views, config.test_views, config.image_size,
                                                       config.seed)
         train_images, train_depth = scene.render(train_cams, background, config.supersample)
         test_images, test_depth = scene.render(test_cams, background, config.supersample)
         return Views(train_images, train_cams, train_depth), Views(test_images, test_cams, test_depth)
+    notice(f"neural_radiance: reading {config.data}: up to {config.train_views} training and {config.test_views} "
+           f"held-out frames, at {config.image_size} pixels a side")
     return (load_split(config.data, "train", background, config.image_size, config.train_views),
             load_split(config.data, "test", background, config.image_size, config.test_views))
 
@@ -74,6 +81,13 @@ class NeuralRadiance(Problem):
         self.predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # (rgb, depth, opacity) per view
         self.final: dict[str, float] = {}
 
+    def input_files(self) -> list[pathlib.Path]:
+        """The NeRF-synthetic files this run reads: transforms_train.json, transforms_test.json and the PNG frame of
+        each view loaded (none for the built-in scene)."""
+        if self.config.data is None:
+            return []
+        return input_files(self.config.data, {"train": self.config.train_views, "test": self.config.test_views})
+
     def objective(self, tape: Tape, step: int) -> Any:
         """One training step's forward on ``tape``: occupancy update (when due), random rays, rendering, loss."""
         occupancy = self.field.occupancy
@@ -93,6 +107,9 @@ class NeuralRadiance(Problem):
         """``{"psnr": dB, "ssim": ...}``: means over the held-out views rendered now (waits for the GPU)."""
         step = trainer.step if trainer is not None else self.step
         self.step = step
+        cameras = self.test_views.cameras
+        notice(f"neural_radiance: evaluating {len(self.test_views)} held-out views at step {step} "
+               f"({cameras.width} x {cameras.height} pixels each, up to {self.config.samples_per_ray} samples a ray)")
         self.predictions = [self.field.render_view(self.test_rays, i, step) for i in range(len(self.test_views))]
         truths = self.test_views.images
         psnrs = [psnr(p[0].reshape(-1, 3), t.reshape(-1, 3)) for p, t in zip(self.predictions, truths)]
@@ -117,6 +134,9 @@ class NeuralRadiance(Problem):
         losses = [r["loss"] for r in history if isinstance(r.get("loss"), (int, float))]
         if losses:
             final["loss"] = float(losses[-1])
+        last = len(self.predictions) - 1
+        notice(f"neural_radiance: writing {PREDICTION_FILE.format(0)}"
+               + (f" to {PREDICTION_FILE.format(last)}" if last else "") + f", {VIEWS_FILE} and {CURVES_FILE}")
         for i, (rgb, _, _) in enumerate(self.predictions):
             save_image(run_dir / PREDICTION_FILE.format(i), rgb)
         plot_views(run_dir / VIEWS_FILE, list(self.test_views.images), [p[0] for p in self.predictions],
