@@ -223,7 +223,8 @@ def sopt_device_error() -> type[BaseException]:
 
 
 def cmd_resume(argv: list[str]) -> int:
-    parser = CommandParser(prog="sopt resume", description="Continue an interrupted (or killed) run to its end.")
+    parser = CommandParser(prog="sopt resume", description="Continue an interrupted (or killed) run to its end; a "
+                           "run that already finished is left as it is (one line saying so, exit status 0).")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--accept-config-change", action="store_true",
@@ -244,6 +245,11 @@ def cmd_resume(argv: list[str]) -> int:
         if not out.is_dir():
             raise rd.RunDirError(f"{args.run_dir!r} is not a folder; give a run directory (it holds config.toml)")
         if rank is None or rank.is_main:   # (rank 0 has the run's lock, and its summary says running, by now)
+            summary = rd.read_summary(out) if (out / rd.CONFIG_FILE).is_file() else {}
+            if summary.get("status") == "finished":   # as a finished fit resumed from its last checkpoint: a no-op
+                print(f"the run in {str(out)!r} has already finished ({summary.get('steps')} steps); nothing to "
+                      "resume")
+                return 0
             runner.check_resumable(out)
         data = read_config(out / rd.CONFIG_FILE)
         cls = problem_class(data.get("problem"), f"problem (in {str(out / rd.CONFIG_FILE)!r})")
@@ -298,25 +304,41 @@ def cmd_problems(argv: list[str]) -> int:
 
 
 def cmd_config(argv: list[str]) -> int:
-    parser = CommandParser(prog="sopt config", description="Print PROBLEM's complete default config (TOML), every key "
-                     "documented; sopt run accepts it as it is.")
+    parser = CommandParser(prog="sopt config", description="Print PROBLEM's complete config (TOML), every key "
+                     "documented: its defaults, with the overrides applied as sopt run applies them; sopt run "
+                     "accepts the text as it is.",
+                     epilog="Example: sopt config neural_field_image encoding.otype=HashGrid (documents the "
+                            "HashGrid encoding's keys). Overrides: a.b=VALUE, +a.b=VALUE, ~a.b (sopt run --help).")
     parser.add_argument("problem", metavar="PROBLEM")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="KEY=VALUE, +KEY=VALUE or ~KEY")
     parser.add_argument("--json", action="store_true", help="plain JSON instead of documented TOML")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
+    stray = [w for w in args.overrides if not _is_override(w)]
+    if stray:
+        parser.error(f"{stray[0]!r} is not an override (KEY=VALUE, +KEY=VALUE or ~KEY)")
+    from sopt.config.overrides import parse_override
     from sopt.config.schema import ConfigError
     from sopt.experiments.problem import problem_class
     try:
+        parsed = [parse_override(o) for o in args.overrides]   # grammar errors first, as in sopt run
+        for o in parsed:
+            if o.key == ("problem",):
+                raise ConfigError([f"override {o.shown}: sopt config names the problem once, as PROBLEM "
+                                   "(drop the override)"])
         cls = problem_class(args.problem, "PROBLEM")
+        # a module:Class problem's config names it so
+        config = load_run_config(None, args.problem, args.overrides)[1] if args.overrides else cls.schema(
+            problem=args.problem)
     except ConfigError as exc:
         return _fail(exc)
-    config = cls.schema(problem=args.problem)   # a module:Class problem's config names it so
     if args.json:
         import json
         print(json.dumps(config.model_dump(mode="json"), indent=2))
     else:
         from sopt.config.document import document
-        header = (f"{args.problem}: {cls.description}\nRun with: sopt run THIS_FILE [key=value ...]\n"
-                  "Each key: its meaning [type; bounds]. Unset keys are commented out.")
+        made = f" with {shlex.join(args.overrides)}" if args.overrides else ""
+        header = (f"{args.problem}: {cls.description}\nThe defaults{made}. Run with: sopt run THIS_FILE "
+                  "[key=value ...]\nEach key: its meaning [type; bounds]. Unset keys are commented out.")
         print(document(config, header), end="")
     return 0
 

@@ -364,6 +364,51 @@ def test_sopt_config_prints_documented_toml_that_sopt_run_takes_as_it_is(name, t
     assert code == 0 and json.loads(js) == default
 
 
+def test_sopt_config_documents_the_config_its_overrides_make(tmp_path):
+    """`sopt config PROBLEM OVERRIDES` prints the config sopt run would run: a non-default encoding's own keys,
+    each documented, a key changed, one removed to its default; sopt run takes the text as it is."""
+    code, text, stderr = sopt_main(["config", "neural_field_image", "encoding.otype=HashGrid", "steps=7"])
+    assert code == 0 and stderr == ""
+    assert text.splitlines()[1] == "# The defaults with encoding.otype=HashGrid steps=7. Run with: sopt run " \
+                                   "THIS_FILE [key=value ...]"
+    data = tomllib.loads(text)
+    assert data["steps"] == 7 and data["encoding"]["otype"] == "HashGrid"
+    lines = text.splitlines()
+    for key in ("n_levels", "n_features_per_level", "log2_hashmap_size", "base_resolution", "per_level_scale"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{key} = "))
+        assert lines[at - 1].startswith("# ") and "[" in lines[at - 1], (key, lines[at - 1])   # meaning [type; ...]
+        assert key in data["encoding"]
+    code, default, _ = sopt_main(["config", "neural_field_image"])
+    assert "log2_hashmap_size" not in default     # the default encoding has none of those keys
+    path = tmp_path / "hashgrid.toml"
+    path.write_text(text, encoding="utf-8")
+    _, from_file = load_run_config(str(path), None, [])
+    _, from_overrides = load_run_config(None, "neural_field_image", ["encoding.otype=HashGrid", "steps=7"])
+    assert from_file == from_overrides
+    code, js, _ = sopt_main(["config", "fit_projectile", "--json", "optimizer.otype=SGD", "optimizer.momentum=0.9",
+                             "~steps"])
+    optimizer = json.loads(js)["optimizer"]
+    assert code == 0 and (optimizer["otype"], optimizer["momentum"], json.loads(js)["steps"]) == ("SGD", 0.9, 300)
+    assert "beta1" not in optimizer   # Adam's keys went with Adam
+
+
+@pytest.mark.parametrize("words, message", [
+    (["encoding.otype=HashGrd"], "error: config encoding.otype: otype 'HashGrd'; did you mean 'HashGrid'? allowed: "
+                                 "Frequency, HashGrid, Identity"),
+    (["steps=abc"], "error: config steps = 'abc': must be a valid integer (optimiser steps)"),
+    (["problem=fit_cloth"], "error: override 'problem=fit_cloth': sopt config names the problem once, as PROBLEM "
+                            "(drop the override)"),
+    (["encoding"], "error: 'encoding' is not an override (KEY=VALUE, +KEY=VALUE or ~KEY) (see sopt config --help)"),
+])
+def test_sopt_config_refuses_a_bad_override_in_one_line_as_sopt_run(words, message, tmp_path):
+    code, stdout, stderr = sopt_main(["config", "neural_field_image", *words])
+    assert (code, stdout, stderr) == (2, "", message + "\n")
+    if words[0] not in ("encoding", "problem=fit_cloth"):   # sopt run says the same of the same override
+        out = tmp_path / "unused"
+        code, _, run_stderr = sopt_main(["run", "--problem", "neural_field_image", *words, "--out", str(out)])
+        assert (code, run_stderr) == (2, message + "\n") and not out.exists()
+
+
 def _value_at(data: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         data = data[part]
@@ -610,10 +655,12 @@ def test_kill_9_inside_a_checkpoint_write_keeps_the_previous_checkpoint_and_resu
 
 # -- runs sopt resume refuses -----------------------------------------------------------------------------------------
 def test_resume_refuses_a_finished_run_an_empty_folder_a_file_and_a_running_run(finished_run, tmp_path):
+    # a finished run is left as it is: one line saying so, exit 0 (as a finished fit resumed from its last
+    # checkpoint ends at once; the README's block resumes the run it just finished)
     before = listing(finished_run)
     code, stdout, stderr = sopt_main(["resume", str(finished_run)])
-    assert (code, stdout) == (2, "")
-    assert stderr == f"error: the run in {str(finished_run)!r} has finished (30 steps); nothing to resume\n"
+    assert (code, stderr) == (0, "")
+    assert stdout == f"the run in {str(finished_run)!r} has already finished (30 steps); nothing to resume\n"
     assert listing(finished_run) == before
 
     empty = tmp_path / "empty"
