@@ -9,9 +9,9 @@ file's header is checked before anything is decoded (:func:`image_size_problem`)
 
 from __future__ import annotations
 
-import io
 import os
 import pathlib
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -45,9 +45,11 @@ def image_size_problem(width: int, height: int, memory: int | None = None) -> st
     return None
 
 
-def _open_checked(data: bytes, name: str) -> Image.Image:
-    """``data`` opened lazily (header only), its size checked before any pixel is decoded."""
-    img = Image.open(io.BytesIO(data))
+def _open_checked(file: BinaryIO, name: str) -> Image.Image:
+    """The image in ``file`` (from its start) opened lazily (header only), its size checked before any pixel is
+    decoded."""
+    file.seek(0)
+    img = Image.open(file)
     problem = image_size_problem(*img.size)
     if problem is not None:
         img.close()
@@ -74,7 +76,7 @@ def image_header_size(path: str | os.PathLike[str]) -> tuple[int, int]:
     return size
 
 
-def _sixteen_bit_colour(data: bytes, name: str, img: Image.Image) -> np.ndarray | None:
+def _sixteen_bit_colour(file: BinaryIO, name: str, img: Image.Image) -> np.ndarray | None:
     """(H, W, C) uint16 of a 16-bit colour PNG (RGB, RGBA, grey + alpha) that Pillow would cut to 8 bits, or None
     for any other image."""
     if len(img.tile) != 1 or img.tile[0][0] != "zip":
@@ -89,7 +91,7 @@ def _sixteen_bit_colour(data: bytes, name: str, img: Image.Image) -> np.ndarray 
         return None
     img.load()
     high = np.asarray(img).astype(np.uint16)
-    with _open_checked(data, name) as again:   # the same file decoded again for the low bytes
+    with _open_checked(file, name) as again:   # the same file decoded again for the low bytes
         again.tile = [again.tile[0]._replace(args=_LOW_BYTES[rawmode])]
         again.load()
         low = np.asarray(again).astype(np.uint16)
@@ -101,7 +103,7 @@ def read_levels(path: str | os.PathLike[str]) -> np.ndarray:
     alpha), 3 (RGB) or 4 (RGBA); a palette's colours (and its transparency) as RGB(A), 16-bit files divided by
     65535, 8-bit ones by 255. ValueError naming the file when it does not exist, is no regular file, is larger
     than :func:`image_size_problem` allows (found from its header, before decoding) or is not an image."""
-    from sopt.regular_file import FileTooLargeError, file_problem, read_bytes
+    from sopt.regular_file import file_problem, open_regular
 
     name = repr(str(path))
     problem = file_problem(path)
@@ -110,10 +112,8 @@ def read_levels(path: str | os.PathLike[str]) -> np.ndarray:
     if problem is not None:
         raise ValueError(f"image path {name} {'is not a file' if problem == 'is a folder' else problem}; {_EXPECTED}")
     try:
-        # a compressed file is smaller than its pixels: read at most what its largest decodable image would hold
-        data = read_bytes(path, MAX_IMAGE_SIDE ** 2 * 8 + 2**20)
-        with _open_checked(data, name) as img:
-            wide = _sixteen_bit_colour(data, name, img)
+        with open_regular(path) as file, _open_checked(file, name) as img:
+            wide = _sixteen_bit_colour(file, name, img)
             if wide is not None:
                 return wide.astype(np.float32) / np.float32(65535.0)
             img.load()
@@ -139,8 +139,6 @@ def read_levels(path: str | os.PathLike[str]) -> np.ndarray:
             return array[..., None] if array.ndim == 2 else array
     except ImageRefused:
         raise
-    except FileTooLargeError as exc:
-        raise ValueError(f"image {name} holds {exc.size} bytes or more; at most {exc.limit} are read") from None
     except Image.DecompressionBombError as exc:
         raise ValueError(f"image {name} is too large to load: {exc}") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:   # Pillow's, for a damaged file
