@@ -147,7 +147,7 @@ def cmd_run(argv: list[str]) -> int:
         nproc = rank.world_size if rank is not None else args.nproc
         if nproc > 1:
             from sopt.distributed.splittable import check_splittable
-            check_splittable(cls.name, config, nproc)
+            check_splittable(cls, config, nproc, on_this_host=args.nproc > 1)
         if args.nproc > 1:   # this process launches the ranks, each of which runs this command without --nproc
             from sopt.distributed.launcher import launch
             child = ["run", *args.words, *(["--problem", args.problem] if args.problem else []),
@@ -259,7 +259,7 @@ def cmd_resume(argv: list[str]) -> int:
         nproc = rank.world_size if rank is not None else args.nproc
         if nproc > 1:
             from sopt.distributed.splittable import check_splittable
-            check_splittable(cls.name, config, nproc)
+            check_splittable(cls, config, nproc, on_this_host=args.nproc > 1)
         if args.nproc > 1:
             from sopt.distributed.launcher import launch
             child = ["resume", args.run_dir, *(["--no-progress"] if args.no_progress else []),

@@ -158,7 +158,9 @@ def test_a_failing_rank_stops_the_run_with_its_one_line_error(device, tmp_path) 
     assert summary(out)["steps"] <= 10   # rank 0 went no further than its partner
 
 
-def test_configs_that_cannot_be_split_are_refused_before_anything_starts(tmp_path) -> None:
+def test_configs_that_cannot_be_split_are_refused_before_anything_starts(tmp_path, monkeypatch) -> None:
+    from sopt.distributed import splittable   # a machine of one GPU runs no 2 processes: not what is tested here
+    monkeypatch.setattr(splittable, "process_limit", lambda: (8, "8 stand-in GPUs"))
     code, out, err = sopt_main(["run", "--problem", "neural_field_image", "batch_size=1001", "--root",
                                 str(tmp_path), "--nproc", "2"])
     assert (code, out) == (2, "")

@@ -33,6 +33,7 @@ class NeuralFieldImage(Problem):
 
     schema = NeuralFieldImageConfig
     description = "an RGB image as a neural field (encoding + MLP), PSNR against the image"
+    splits_batch = True   # its sampler is a BatchSampler: sopt run --nproc N splits each batch over N processes
 
     def __init__(self, config: NeuralFieldImageConfig, image: np.ndarray | None = None) -> None:
         super().__init__(config)
