@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -78,3 +80,59 @@ def test_an_installed_copy_records_the_commit_it_was_built_from(tmp_path: pathli
     assert commit.removesuffix("+dirty") in head, (commit, head)
     from sopt.experiments.run_dir import environment
     assert environment()["git_commit"].removesuffix("+dirty") in head   # this checkout: asked of git
+
+
+def experiments_block() -> list[str]:
+    """The command lines of the ```bash block under "Experiments from config files", comments and blank lines
+    left out, in order."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Experiments from config files"):]
+    block = re.search(r"^```bash\n(.*?)^```$", section, flags=re.M | re.S).group(1)
+    lines = [line.split("  #", 1)[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_the_experiments_block_reads_only_what_its_earlier_lines_made() -> None:
+    """Copied line by line into an empty folder, each line finds what it needs: every config file a line runs was
+    written by an earlier `sopt config ... > FILE`, every `sopt resume DIR` names an earlier `--out DIR`, and
+    `sopt report DIR` a folder earlier runs write into."""
+    made: set[str] = set()
+    problem_of: dict[str, str] = {}   # a config file written by `sopt config PROBLEM > FILE` -> PROBLEM
+    lines = experiments_block()
+    assert len(lines) >= 10 and lines[0] == "sopt problems", lines
+    for line in lines:
+        command, _, written = line.partition(">")
+        words = shlex.split(command)
+        if words[1] in ("run", "sweep") and not words[2].startswith("--"):
+            assert words[2] in made, f"{line!r} runs {words[2]}, which no earlier line writes"
+            made.add(f"runs/{problem_of[words[2]]}")   # the runs' default folder: runs/<problem>/...
+        if words[1] in ("resume", "report"):
+            assert words[2] in made, f"{line!r} reads {words[2]}, which no earlier line makes"
+        if written:
+            made.add(written.split()[0])
+            problem_of[written.split()[0]] = words[2]
+        if "--out" in words:
+            made.add(words[words.index("--out") + 1])
+    assert "runs/cloth-ps" in made and "runs/fit_projectile" in made, made
+
+
+def test_the_experiments_block_runs_line_by_line_up_to_its_resume(tmp_path: pathlib.Path) -> None:
+    """The block's lines as written, in order, in an empty folder, up to and including `sopt resume runs/cloth-ps`:
+    each exits 0. The run it resumes has finished, so `sopt resume` says so in one line and exits 0 (before, it was
+    `error: ... has finished (150 steps); nothing to resume` and status 2). The sweeps after it (minutes of trials,
+    Ray) are left to tests/experiments/test_sweep_*.py."""
+    lines = experiments_block()
+    resume = next(i for i, line in enumerate(lines) if line.startswith("sopt resume "))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    outputs = []
+    for line in lines[:resume + 1]:
+        r = subprocess.run(["bash", "-c", line.replace("sopt ", f"{shlex.quote(sys.executable)} -m sopt ", 1)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, (line, r.stderr[-3000:])
+        outputs.append(r.stdout)
+    assert "sopt config neural_field_image encoding.otype=HashGrid" in lines
+    hashgrid = outputs[lines.index("sopt config neural_field_image encoding.otype=HashGrid")]
+    assert 'otype = "HashGrid"' in hashgrid and "\nlog2_hashmap_size = 19\n" in hashgrid
+    assert (tmp_path / "fit.toml").read_text().startswith("# fit_projectile: ")
+    assert json.loads((tmp_path / "runs" / "cloth-ps" / "summary.json").read_text())["status"] == "finished"
+    assert outputs[resume] == "the run in 'runs/cloth-ps' has already finished (150 steps); nothing to resume\n"

@@ -267,5 +267,6 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     assert tomllib.loads((cut / "config.toml").read_text()) == tomllib.loads((whole / "config.toml").read_text())
     for name in ("curves.png", "trajectories.png", "checkpoint.npz"):
         assert (cut / name).stat().st_size > 1000
-    code, _, stderr = run_cli(["resume", str(cut)], capsys)
-    assert code == 2 and stderr == f"error: the run in {str(cut)!r} has finished (40 steps); nothing to resume\n"
+    code, stdout, stderr = run_cli(["resume", str(cut)], capsys)   # a finished run: left as it is, exit 0
+    assert (code, stderr) == (0, "")
+    assert stdout == f"the run in {str(cut)!r} has already finished (40 steps); nothing to resume\n"
