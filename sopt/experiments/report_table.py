@@ -10,10 +10,12 @@ more final metrics in the order the runs give them, bookkeeping such as ``lr`` l
 
 One metric per report: the best run is the one whose curve of the chosen metric ends best, i.e. by the last value
 metrics.jsonl logged (what ``curves.png`` draws and what ``sopt sweep --prune`` stopped trials on), when the runs
-log it; by summary.json's final value when none does. Where a run's final value differs from its curve's last one
-(a problem's ``finish`` evaluating the metric anew: fit_projectile's final loss is the best start's over every
-observation, its logged loss the sum over the starts on the curriculum horizon), the table shows both, headed
-``<metric> (last logged)`` (the one that ranks) and ``<metric> (final)``.
+log it; by summary.json's final value when none does. ``sopt sweep``'s table and best line rank and show it the same
+way. Where a run's final value differs from its curve's last one (a problem's ``finish`` evaluating the metric anew:
+a fitting problem's final loss is its loss at the fitted values, after the last optimiser step), the table shows
+both, headed ``<metric> (last logged)`` (the one that ranks) and ``<metric> (final)``. Both are the same quantity:
+a multi-start fit logs its best start's loss as ``loss``, as its final ``loss`` is
+(sopt.problems.fitting.FittingProblem.result_loss).
 """
 
 from __future__ import annotations

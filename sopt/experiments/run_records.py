@@ -22,7 +22,7 @@ from typing import Any
 
 from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, short
-from sopt.experiments.run_dir import CONFIG_FILE, read_json, read_metrics
+from sopt.experiments.run_dir import CONFIG_FILE, read_json, read_metrics, run_alive
 from sopt.regular_file import name_problem
 
 # Files that make a folder a run directory or a sweep directory.
@@ -94,7 +94,7 @@ class RunRecord:
     def last_logged(self, metric: str) -> float | None:
         """The value of ``metric`` in metrics.jsonl's last record holding it as a number: where the run's curve
         of it ends (None when no record has it). summary.json's final value may differ: a problem's ``finish``
-        may evaluate the metric anew (fit_projectile: the best start's loss over every observation)."""
+        may evaluate the metric anew (a fitting problem: its loss at the fitted values, after the last step)."""
         values = self.series(metric)[1]
         return values[-1] if values else None
 
@@ -164,6 +164,11 @@ def read_run(path: pathlib.Path) -> RunRecord:
     summary = _read_json_object(path / "summary.json", record.notes)
     if summary is not None:
         record.status = str(summary.get("status", "unknown"))
+        if record.status == "running" and not run_alive(path, summary.get("pid")):
+            # its process is gone without marking the run (kill -9, or a disk too full to write the summary)
+            record.status = "interrupted"
+            record.notes.append(f"summary.json says running, but its process {summary.get('pid')} is gone: "
+                                "stopped, sopt resume continues it")
         record.metrics = _final_metrics(summary.get("metrics"))
         steps, total, time_s = summary.get("steps"), summary.get("total_steps"), summary.get("time_s")
         record.steps_done = int(steps) if _is_number(steps) else None

@@ -26,7 +26,8 @@ from sopt.config.schema import ConfigError
 from sopt.experiments.local_executor import LocalExecutor, TrialCommand
 from sopt.experiments.problem import SPEC
 from sopt.experiments.prune import make_pruner
-from sopt.experiments.report_table import LAST_LOGGED, NEVER_BEST, best_run, ranking_value, ranks_by_curve
+from sopt.experiments.report_table import (LAST_LOGGED, NEVER_BEST, best_run, metric_columns, ranking_value,
+                                             ranks_by_curve)
 from sopt.experiments.run_dir import check_name
 from sopt.experiments.run_records import read_run
 from sopt.experiments.cli import CommandParser
@@ -201,12 +202,9 @@ def trial_table(trials: Sequence[Trial], axes: Sequence[str], metric: str, mode:
     """The summary table (id, each swept key, status, metric) and a line naming the best trial as ``sopt report``
     ranks it (sopt.experiments.report_table.best_run over the trials' run directories, ``trial_dir``): by the
     metric's last value in metrics.jsonl where the trials log it (where curves.png's curve ends, what the pruner
-    judged), not by summary.json's final value, which a problem may evaluate anew (fit_projectile)."""
-    header = ["id", *axes, "status", metric]
-    rows = [[t.id, *(_cell(t.params.get(a), 4) for a in axes), t.status, _cell(t.metrics.get(metric), 6)]
-            for t in trials]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    judged). Where a trial's final value (summary.json's: a problem's ``finish`` evaluates the loss anew at the
+    final parameters) differs from it, the table shows both under the report's headers, ``<metric> (last
+    logged)`` (the one that ranks, and that the best line quotes) and ``<metric> (final)``, as ``sopt report``."""
     records = {}
     for t in trials:
         if t.status in NEVER_BEST:   # nothing to read (pending) or no result (failed)
@@ -216,6 +214,19 @@ def trial_table(trials: Sequence[Trial], axes: Sequence[str], metric: str, mode:
         records[t.id] = record
     by_curve, split = ranks_by_curve(list(records.values()), metric)
     best = best_run(list(records.values()), metric, mode, by_curve)
+    columns = metric_columns(metric, split)
+    header = ["id", *axes, "status", *(c.name for c in columns)]
+
+    def metric_cells(t: Trial) -> list[str]:
+        record = records.get(t.id)
+        final = (record.metrics if record is not None else t.metrics).get(metric)
+        values = [(record.last_logged(metric) if record is not None else None) if c.kind == "last" else final
+                  for c in columns]
+        return [_cell(v, 6) for v in values]
+
+    rows = [[t.id, *(_cell(t.params.get(a), 4) for a in axes), t.status, *metric_cells(t)] for t in trials]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     if best is not None:
         trial = next(t for t in trials if records.get(t.id) is best)
         label = f"{metric} {LAST_LOGGED}" if split else metric

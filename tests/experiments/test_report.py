@@ -8,8 +8,10 @@ import csv
 import io
 import json
 import math
+import os
 import pathlib
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -85,7 +87,8 @@ def write_run(path: pathlib.Path, config: dict, records: list[dict] | None, stat
             metrics = {k: v for k, v in records[-1].items() if k != "step" and not isinstance(v, list)}
     metrics.update(final or {})
     summary = {"problem": config["problem"], "status": status, "steps": records[-1]["step"] if records else 0,
-               "total_steps": config["steps"], "time_s": 0.5, "metrics": metrics, "error": error, "pid": 4242,
+               "total_steps": config["steps"], "time_s": 0.5, "metrics": metrics, "error": error,
+               "pid": os.getppid(),   # a live process: a "running" run's holder
                "updated": "2025-01-01T12:00:00"}
     (path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     (path / "env.json").write_text(json.dumps({"sopt": "0.1.0", "python": "3.11"}), encoding="utf-8")
@@ -161,6 +164,19 @@ def test_a_running_run_without_metrics_and_one_whose_summary_has_none_yet(tmp_pa
         "\n".join(json.dumps(r) for r in records_of(1e-3, 0, last_step=20)) + "\n", encoding="utf-8")
     b = read_run(tmp_path / "b")
     assert b.metrics == {"loss": loss_at(20, 1e-3, 0), "lr": 1e-3, "time_s": 0.2, "steps_per_s": 100.0}
+
+
+def test_a_run_whose_summary_says_running_but_whose_process_is_gone_is_interrupted(tmp_path):
+    # kill -9, or a disk too full for the failure to be recorded: summary.json keeps "running" and a dead pid
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    write_run(tmp_path / "a", config_of(1e-3, 0), records_of(1e-3, 0, last_step=20), "running")
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text(encoding="utf-8"))
+    (tmp_path / "a" / "summary.json").write_text(json.dumps({**summary, "pid": gone.pid}), encoding="utf-8")
+    a = read_run(tmp_path / "a")
+    assert a.status == "interrupted"
+    assert a.notes == [f"summary.json says running, but its process {gone.pid} is gone: stopped, sopt resume "
+                       "continues it"]
 
 
 def test_collect_a_sweep_names_its_trials_and_takes_its_statuses(sweep_dir):
@@ -282,8 +298,8 @@ def test_columns_option_and_mode_max(sweep_dir, capsys):
 
 # -- one metric: fit_projectile's logged loss and final loss disagree ------------------------------------------------
 PARAMETERS = ("drag", "restitution", "speed", "angle")
-# (logged loss at the last step, final loss): the logged loss (summed over the starts on the growing curriculum
-# horizon) ranks the trials the other way round from the final one (the best start's over every observation).
+# (logged loss at the last step, final loss): the logged loss ranks the trials the other way round from the final
+# one (evaluated anew by the problem's finish), so a table or best line reading the other value shows here.
 PROJECTILE_TRIALS = {"trial-000": (40.0, 5.0), "trial-001": (10.0, 15.0), "trial-002": (25.0, 20.0)}
 
 
@@ -355,6 +371,67 @@ def test_best_is_the_trial_whose_curve_ends_lowest_and_every_rel_error_is_shown(
     csv_rows = list(csv.DictReader(io.StringIO((sweep / "report" / "report.csv").read_text())))
     assert [r["run"] for r in csv_rows if r["best"] == "1"] == ["trial-001"]
     assert all(r["rel_error/angle"] for r in csv_rows)
+
+
+def sweep_trials(sweep: pathlib.Path) -> list:
+    """sweep.json's trials as sopt sweep holds them (sopt.experiments.sweep_dir.Trial)."""
+    from sopt.experiments.sweep_dir import Trial
+    return [Trial(id=t["id"], dir=t["dir"], params=t["params"], overrides=t["overrides"], status=t["status"],
+                  metrics=t["metrics"]) for t in json.loads((sweep / "sweep.json").read_text())["trials"]]
+
+
+def test_the_sweep_line_and_table_name_the_reports_best_with_its_number(tmp_path, capsys):
+    """sopt sweep's table and best line, and sopt report's best, on one sweep whose logged and final losses rank the
+    trials in opposite orders: the same trial (trial-001), the same number (10), under the same header, and the
+    sweep table's ranking column is lowest at the trial its best line names (before, the sweep's table showed
+    only the final losses, lowest at trial-000, under its best line naming trial-001)."""
+    from sopt.experiments.sweep import trial_table
+    sweep = write_projectile_sweep(tmp_path / "runs" / "fit_projectile")
+    lines = trial_table(sweep_trials(sweep), ["optimizer.learning_rate"], "loss", "min",
+                        lambda t: sweep / t.dir).splitlines()
+    assert lines[0].split("  ")[-2:] == ["loss (last logged)", "loss (final)"]
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert {name: row[-2:] for name, row in rows.items()} == {
+        "trial-000": ["40", "5"], "trial-001": ["10", "15"], "trial-002": ["25", "20"], "trial-003": ["30", "30"]}
+    ranking = {name: float(row[-2]) for name, row in rows.items()}
+    assert min(ranking, key=ranking.get) == "trial-001"
+    assert lines[-1] == "best: trial-001 (loss (last logged) 10) optimizer.learning_rate=0.02"
+    code, out, err = run_report([sweep], capsys)
+    assert code == 0 and err == ""
+    assert "best by loss (last logged) (min): trial-001, loss (last logged) = 10\n" in out
+
+
+def test_a_real_fit_projectile_sweep_ranks_by_the_best_starts_loss_everywhere(tmp_path, capsys):
+    """Two trials of a small fit_projectile with 3 starts through sopt sweep (real `sopt run` trials), then sopt
+    report: every metrics record's loss is its best start's (min of start_loss; the optimised sum is loss_sum),
+    summary.json's final loss is the best start's too, and the sweep's best line names the trial the report marks
+    best, with the same number, which is the lowest of the sweep table's ranking column."""
+    from sopt.experiments.sweep import sweep_main
+    config = tmp_path / "fit.toml"
+    config.write_text('problem = "fit_projectile"\nsteps = 8\nlog_every = 4\nmulti_start = 3\nobservations = 10\n'
+                      'duration = 2.0\ndt = 0.01\n')
+    out = tmp_path / "sweep"
+    lines: list[str] = []
+    assert sweep_main([str(config), "seed=0,1", "--out", str(out)], log=lines.append) == 0
+    table = next(line for line in lines if line.startswith("id ")).splitlines()
+    for trial in ("trial-000", "trial-001"):
+        records = read_metrics(out / trial / "metrics.jsonl")
+        assert [r["step"] for r in records] == [4, 8]
+        for r in records:
+            assert r["loss"] == min(r["start_loss"]) and r["loss_sum"] == pytest.approx(sum(r["start_loss"]))
+        final = json.loads((out / trial / "summary.json").read_text())["metrics"]
+        result = json.loads((out / trial / "result.json").read_text())
+        assert final["loss"] == result["loss"] < final["loss_sum"]
+    best = table[-1]
+    assert best.startswith("best: trial-00") and " (loss (last logged) " in best, table
+    name, number = best.split()[1], float(best.split("(last logged) ")[1].split(")")[0])
+    assert table[0].split()[:3] == ["id", "seed", "status"] and "loss (last logged)  loss (final)" in table[0], table
+    shown = {row.split()[0]: float(row.split()[3]) for row in table[1:-1]}
+    assert min(shown, key=shown.get) == name and shown[name] == pytest.approx(number, rel=1e-5)
+    code, report, err = run_report([out, "--no-plots"], capsys)
+    assert code == 0, err
+    assert f"best by loss (last logged) (min): {name}, loss (last logged) = {number:.6g}\n" in report
+    assert [line for line in report.splitlines() if line.startswith("*")][0].split()[1] == name
 
 
 def test_curves_legend_is_beside_the_axes(sweep_dir):

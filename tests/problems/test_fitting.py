@@ -270,3 +270,28 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_result(tmp_path, capsys)
     code, stdout, stderr = run_cli(["resume", str(cut)], capsys)   # a finished run: left as it is, exit 0
     assert (code, stderr) == (0, "")
     assert stdout == f"the run in {str(cut)!r} has already finished (40 steps); nothing to resume\n"
+
+
+def test_problem_metrics_make_the_records_loss_the_results_and_keep_the_optimised_one():
+    """FittingProblem.result_loss (a multi-start fit's best start's loss) becomes the record's loss, before the
+    scheduler, the loggers and the checkpoint see it; the optimised loss stays as loss_sum. Without one (None, the
+    default) the record is left as the Trainer made it."""
+    from sopt.problems.fitting.problem import ProblemMetrics
+
+    class Fake:
+        def __init__(self, result):
+            self.result = result
+
+        def result_loss(self):
+            return self.result
+
+        def progress_metrics(self):
+            return {"rel_error/x": 0.5}
+
+    metrics = {"step": 10, "loss": 3.5, "lr": 0.1}
+    ProblemMetrics(Fake(0.25)).on_metrics(None, metrics)
+    assert metrics == {"step": 10, "loss": 0.25, "lr": 0.1, "loss_sum": 3.5, "rel_error/x": 0.5}
+    metrics = {"step": 10, "loss": 3.5}
+    ProblemMetrics(Fake(None)).on_metrics(None, metrics)
+    assert metrics == {"step": 10, "loss": 3.5, "rel_error/x": 0.5}
+    assert ProblemMetrics.order < 65   # before the plateau schedule's callback (sopt.train.trainer) reads the loss

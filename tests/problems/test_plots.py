@@ -76,6 +76,18 @@ def test_fit_curves_label_every_element_start_and_truth_beside_the_panels():
     assert legends_outside(figure) == [True, True]                  # the panels with more than one line
 
 
+def test_a_multi_start_fits_loss_panel_draws_its_best_starts_loss():
+    # fit_projectile's records: loss is the best start's (min of start_loss), loss_sum the optimised sum; the
+    # panel draws the former, as the console's final loss and sopt report rank by it, and its title says so
+    history = [{"step": s, "loss": min(0.5 / s, 0.3), "loss_sum": 0.5 / s + 0.9, "start_loss": [0.5 / s, 0.3, 0.6],
+                "value/drag": [0.1, 0.2, 0.3]} for s in (10, 20)]
+    loss = history_figure(history, {"drag": 0.15}, {}).axes[0]
+    assert loss.get_title() == "loss (the best of 3 starts)"
+    np.testing.assert_allclose(loss.lines[0].get_ydata(), [0.05, 0.025])
+    assert history_figure([{k: v for k, v in r.items() if k != "start_loss"} for r in history],
+                          {"drag": 0.15}, {}).axes[0].get_title() == "loss"
+
+
 def test_neural_controller_distance_curve_is_labelled_beside(tmp_path):
     from sopt.problems.neural_controller.plot import plot_distance
 

@@ -30,7 +30,11 @@ distance to the observations, m^2; the optimised loss is their sum, and as every
 parameters only, and Adam's state is per element, each start follows exactly the path it would follow alone).
 Start 0 is ``init``; start k >= 1 draws each parameter uniformly within ``multi_start_spread`` times the width of
 its range on either side of ``init``, clipped to the range (numpy Generator seeded by (``seed``, 1)). At the end
-the start with the lowest loss at its final parameters is reported (``fitted``, ``loss``).
+the start with the lowest loss at its final parameters is reported (``fitted``, ``loss``). The run's ``loss`` is
+that one definition everywhere: each metrics record's ``loss`` is the best start's at that step (the optimised
+sum is ``loss_sum``, each start's ``start_loss``), so the curves, the progress bar, a plateau schedule, ``sopt sweep``'s
+pruning and best line and ``sopt report``'s best all rank by the best start's loss, as summary.json and result.json
+report it (FittingProblem.result_loss).
 
 **Parameter scale.** drag (~0.05 1/m) and speed (~10 m/s) differ by 200x; each is trained normalised by the
 scale above (sopt.problems.fitting.ScaledParameter), so one learning rate moves every parameter by a similar fraction
@@ -52,7 +56,7 @@ from sopt.problems.fitting import FitConfig, FittingProblem, StrictModel
 from sopt.problems.fitting.config import (AdamConfig, OptimizerConfig, ScheduleConfig, WarmupCosineConfig,
                                          observation_steps)
 from sopt.problems.fitting.horizon import horizon_fraction
-from sopt.problems.fitting.problem import START_STREAM, Value, rel_error
+from sopt.problems.fitting.problem import OBJECTIVE_METRIC, START_STREAM, Value, rel_error
 from sopt.problems.limits import FLOAT, check_memory
 from sopt.sim import Projectile, State, rollout
 from sopt.tape import Tape
@@ -247,6 +251,20 @@ class FitProjectile(FittingProblem):
         tape.submit()
         self._read_start_losses()
         return float(self.start_losses[self.best_start()])
+
+    def result_loss(self) -> float | None:
+        """The best start's loss at the metrics step just read (None for a single start: the loss is its own)."""
+        if self.config.multi_start == 1 or self.start_losses is None:
+            return None
+        return float(self.start_losses[self.best_start()])
+
+    def finish(self, run_dir: pathlib.Path, history: list[dict[str, Any]]) -> dict[str, float]:
+        """As FittingProblem's; with several starts also ``loss_sum``, the sum of the starts' final losses (what the
+        optimiser minimised), so summary.json's two losses are both at the final parameters."""
+        final = super().finish(run_dir, history)
+        if self.config.multi_start > 1 and self.start_losses is not None:
+            final[OBJECTIVE_METRIC] = float(np.sum(self.start_losses))
+        return final
 
     def start_values(self) -> dict[str, np.ndarray]:
         """name -> (K,) physical values of every start now."""

@@ -39,7 +39,8 @@ def _element_labels(name: str, count: int, true_size: int) -> list[str]:
 
 def history_figure(history: list[dict[str, Any]], true: dict[str, Any], units: dict[str, str],
                    title: str = "") -> "Figure":
-    """The loss on a log scale, then one panel per parameter of ``true``; returns the figure (Agg canvas).
+    """The loss on a log scale (the records' ``loss``: a multi-start fit's best start's, its title says so), then
+    one panel per parameter of ``true``; returns the figure (Agg canvas).
 
     A parameter logged as ``value/<name>`` is drawn as its value(s) over the steps (one line per element, e.g. per
     start of a multi-start fit or per body's mass) with the true value(s) dashed in the same colour; one logged only
@@ -58,7 +59,9 @@ def history_figure(history: list[dict[str, Any]], true: dict[str, Any], units: d
     ax = flat[0]
     if steps.size:
         ax.semilogy(steps, np.maximum(loss[:, 0], 1e-300), label="loss")
-    ax.set_title("loss")
+    starts = max((len(m["start_loss"]) for m in history if isinstance(m.get("start_loss"), list)), default=0)
+    # a multi-start fit's loss is its best start's (FittingProblem.result_loss), as its final loss is
+    ax.set_title(f"loss (the best of {starts} starts)" if starts > 1 else "loss")
     ax.set_xlabel("step")
     ax.grid(True, alpha=0.3)
     for ax, name in zip(flat[1:], names):

@@ -55,7 +55,9 @@ from sopt.train import Callback, Trainer, loss_scalar
 # seed streams of FittingProblem.rng (the SeedSequence spawn key after config.seed)
 NOISE_STREAM = 0     # the observation noise
 START_STREAM = 1     # random initial guesses (a problem's multi-start)
-RESERVED_METRICS = ("step", "loss", "lr", "steps_per_s", "time_s", "skipped_steps")
+# the optimised loss in a metrics record whose ``loss`` is the result's (FittingProblem.result_loss)
+OBJECTIVE_METRIC = "loss_sum"
+RESERVED_METRICS = ("step", "loss", OBJECTIVE_METRIC, "lr", "steps_per_s", "time_s", "skipped_steps")
 MAX_LOGGED_ELEMENTS = 64   # a parameter with more elements logs only its rel_error per metrics step
 RESULT_FILE, CURVES_FILE = "result.json", "curves.png"
 
@@ -218,6 +220,14 @@ class FittingProblem(Problem):
         residuals = np.ravel(np.asarray(self.observed, np.float64)) - centre
         return self._flat_fit(at)[1](gauss_newton_std(jac, residuals, self.config.noise_std))
 
+    def result_loss(self) -> float | None:
+        """The loss of the fit's result at the metrics step just read, where that is not the optimised loss; None
+        (the default) where it is. A multi-start fit optimises the sum of its starts' losses and reports the best
+        start's: overriding this makes every metrics record's ``loss`` the best start's, as summary.json's,
+        result.json's and the console's final ``loss`` are, and logs the optimised sum as ``loss_sum``. So one loss
+        ranks runs everywhere: ``sopt sweep``'s best line and pruning, ``sopt report``'s best, the curves."""
+        return None
+
     def progress_metrics(self) -> dict[str, float | list[float]]:
         """Values added to every metrics record: ``value/<name>`` (a float, or a list for up to
         MAX_LOGGED_ELEMENTS elements) and ``rel_error/<name>`` of :meth:`fitted` against :meth:`true_values`."""
@@ -243,7 +253,8 @@ class FittingProblem(Problem):
 
 class ProblemMetrics(Callback):
     """Adds the problem's :meth:`~FittingProblem.progress_metrics` (parameter values and errors) to every metrics
-    record, before the loggers and the checkpoint see it."""
+    record, and makes its ``loss`` the :meth:`~FittingProblem.result_loss` where the problem has one (the optimised
+    loss kept as ``loss_sum``), before the scheduler, the loggers and the checkpoint see it."""
 
     order = 10
 
@@ -252,6 +263,10 @@ class ProblemMetrics(Callback):
         self.problem = problem
 
     def on_metrics(self, trainer: Trainer, metrics: dict[str, Any]) -> None:
+        result = self.problem.result_loss()
+        if result is not None:
+            metrics[OBJECTIVE_METRIC] = metrics["loss"]
+            metrics["loss"] = float(result)
         for key, value in self.problem.progress_metrics().items():
             if key in RESERVED_METRICS:
                 raise ValueError(f"{type(self.problem).__name__}.progress_metrics: {key!r} is a Trainer metric")
