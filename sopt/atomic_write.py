@@ -14,6 +14,10 @@ figure, KeyboardInterrupt) the temporary file is removed and the target is left 
 be rewritten whole at every line, and a trial's output is appended to as it runs) and refuse a link at the name with
 ``O_NOFOLLOW``.
 
+:func:`overwrite_in_place` is the one exception to whole-file replacement, for a full disk, where a replacement
+needs room for a second copy: it writes over an existing regular file's own bytes (sopt uses it only to mark a run's
+small summary.json failed when the disk refused its replacement).
+
 Only the last component of a path is guarded: a folder that is itself a link (a run folder the user linked
 elsewhere) is used as it is.
 """
@@ -25,6 +29,7 @@ import glob
 import io
 import os
 import pathlib
+import stat
 import tempfile
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -123,6 +128,26 @@ def append_text(path: str | os.PathLike[str], text: str) -> None:
     """Append ``text`` (UTF-8) to ``path`` (:func:`open_append`) in one write, flushed when this returns."""
     with open_append(path) as f:
         f.write(text.encode("utf-8"))
+
+
+def overwrite_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """``data`` written over the existing file ``path`` from its first byte, then the file cut to ``len(data)``:
+    no temporary file, so a file no longer than the blocks it already has takes it on a full disk. Not atomic (a
+    crash midway leaves a mix of old and new bytes): only for when :func:`write_bytes` failed for want of room.
+    OSError, nothing written, unless ``path`` is a regular file with no other hard link (a symbolic link there is
+    refused, ``O_NOFOLLOW``; a FIFO or device is not opened for a wait)."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise OSError(errno.EPERM, "not overwritten in place: not a regular file with one name", os.fspath(path))
+        view, done = memoryview(data), 0
+        while done < len(data):
+            done += os.pwrite(fd, view[done:], done)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_leftovers(target: str | os.PathLike[str]) -> None:

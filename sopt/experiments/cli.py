@@ -16,7 +16,8 @@ Exit status: 0 when the command did its work (a run interrupted by SIGINT/SIGTER
 how to resume); 2, with one line ``error: ...`` on stderr and no traceback, for everything else:
 
 - a usage, config, override or folder error (a read-only folder, a run another process holds, a checkpoint that
-  does not load, a ``config.toml`` edited since the run started), found before any GPU work or file is written;
+  does not load, a ``config.toml`` edited or an input file changed since the run started, a ``--nproc`` this
+  machine or problem cannot take), found before any GPU work or file is written;
 - a run that failed (diverged, a full disk, any exception): ``error: the run failed at step N: REASON``, and the
   run directory records it (summary.json status ``failed`` with the reason, error.txt the traceback).
 
@@ -231,6 +232,9 @@ def cmd_resume(argv: list[str]) -> int:
                         help="resume although config.toml was edited since the run started (refused otherwise); "
                              "the change is recorded in overrides.txt and metrics.jsonl")
     parser.add_argument("--nproc", type=int, default=1, metavar="N", help="data-parallel: N processes, one per GPU "
+    parser.add_argument("--accept-input-change", action="store_true",
+                        help="resume although an input file the run reads (a mesh, images) changed since it "
+                             "started (refused otherwise); the change is recorded in overrides.txt and metrics.jsonl")
                         "(any N the batch splits over; default 1)")
     args = parser.parse_args(argv)
     from sopt.experiments import run_dir as rd
@@ -257,13 +261,15 @@ def cmd_resume(argv: list[str]) -> int:
         if rank is None or rank.is_main:
             runner.check_config_unchanged(out, config, args.accept_config_change)
         nproc = rank.world_size if rank is not None else args.nproc
+            runner.check_inputs_unchanged(out, args.accept_input_change)
         if nproc > 1:
             from sopt.distributed.splittable import check_splittable
             check_splittable(cls, config, nproc, on_this_host=args.nproc > 1)
         if args.nproc > 1:
             from sopt.distributed.launcher import launch
             child = ["resume", args.run_dir, *(["--no-progress"] if args.no_progress else []),
-                     *(["--accept-config-change"] if args.accept_config_change else [])]
+                     *(["--accept-config-change"] if args.accept_config_change else []),
+                     *(["--accept-input-change"] if args.accept_input_change else [])]
             return launch(args.nproc, [sys.executable, "-m", "sopt", *child])
         dp = _start_data_parallel(rank, config)
         if dp is not None and not dp.is_main:
@@ -279,7 +285,8 @@ def cmd_resume(argv: list[str]) -> int:
             # what raises here (a checkpoint that does not load) changed nothing; a failure once training began
             # is an outcome
             outcome = runner.resume(problem, out, progress=not args.no_progress,
-                                    accept_config_change=args.accept_config_change, data_parallel=dp)
+                                    accept_config_change=args.accept_config_change,
+                                    accept_input_change=args.accept_input_change, data_parallel=dp)
         if dp is not None and outcome.status != "failed":
             dp.close()
     except (ValueError, OSError, sopt_device_error()) as exc:

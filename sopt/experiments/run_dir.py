@@ -2,8 +2,9 @@
 
 ``runs/<problem>/<YYYYmmdd-HHMMSS>-<6 hex>/`` (or ``--out DIR``, which must be new or empty) holds:
 ``config.toml`` (the resolved config), ``overrides.txt``, ``metrics.jsonl``, ``summary.json`` (status, steps, final
-metrics), ``env.json`` (versions, device, git commit), ``checkpoint.npz`` and the problem's pictures; after a
-failure ``error.txt`` (the traceback). Two hidden files keep a run safe: ``.lock`` (:class:`RunLock`: one process
+metrics), ``env.json`` (versions, device, git commit), ``inputs.json`` (the size and sha256 of each file the problem
+reads as data, :meth:`~sopt.experiments.problem.Problem.input_files`), ``checkpoint.npz`` and the problem's
+pictures; after a failure ``error.txt`` (the traceback). Two hidden files keep a run safe: ``.lock`` (:class:`RunLock`: one process
 at a time runs or resumes it) and ``.config.json`` (the resolved config as the run started, so that a resume can
 tell an edited ``config.toml``).
 """
@@ -19,6 +20,7 @@ import os
 import pathlib
 import platform
 import socket
+import stat
 import sys
 import threading
 from typing import Any
@@ -31,6 +33,7 @@ from sopt.regular_file import name_problem, read_bytes
 CONFIG_FILE, OVERRIDES_FILE, METRICS_FILE, SUMMARY_FILE, ENV_FILE, CHECKPOINT_FILE, ERROR_FILE = (
     "config.toml", "overrides.txt", "metrics.jsonl", "summary.json", "env.json", "checkpoint.npz", "error.txt")
 LOCK_FILE, STARTED_CONFIG_FILE = ".lock", ".config.json"
+INPUTS_FILE = "inputs.json"   # the fingerprints (size, sha256) of the files the run reads as data
 STATUSES = ("running", "finished", "interrupted", "failed")
 
 
@@ -283,6 +286,70 @@ def run_alive(run_dir: pathlib.Path, pid: Any) -> bool:
     except PermissionError:
         return True
     return True
+
+
+_HASH_CHUNK = 1 << 20
+
+
+def fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What ``inputs.json`` records of one input file: ``{"path", "size", "sha256"}`` (the whole file hashed, read
+    in chunks), or ``{"path", "missing": true}`` / ``{"path", "not_a_file": true}`` (a FIFO or a device is not
+    read, never waited on)."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return {"path": shown, "missing": True}
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return {"path": shown, "not_a_file": True}
+        digest, size = hashlib.sha256(), 0
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return {"path": shown, "size": size, "sha256": digest.hexdigest()}
+
+
+def _described(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "(not an input)"
+    if entry.get("missing"):
+        return "missing"
+    if entry.get("not_a_file"):
+        return "not a regular file"
+    return f"{entry.get('size')} bytes, sha256 {str(entry.get('sha256'))[:12]}"
+
+
+def write_inputs(run_dir: pathlib.Path, files: list[pathlib.Path]) -> list[dict[str, Any]]:
+    """Fingerprint ``files`` (:func:`fingerprint`) into ``run_dir``'s inputs.json, atomically; returns them."""
+    entries = [fingerprint(f) for f in files]
+    write_json(run_dir / INPUTS_FILE, {"files": entries})
+    return entries
+
+
+def input_changes(run_dir: pathlib.Path) -> list[str]:
+    """The input files of the run in ``run_dir`` that differ now from its inputs.json (size or sha256; one gone,
+    or no regular file any more) as ``path: before -> now``; [] for a run without inputs.json (one that predates
+    it). RunDirError when inputs.json cannot be read."""
+    try:
+        recorded = read_json(run_dir / INPUTS_FILE)
+        entries = recorded["files"]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("path"), str)
+                                                    for e in entries):
+            raise ValueError("its 'files' is not a list of {path, size, sha256}")
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunDirError(f"{str(run_dir / INPUTS_FILE)!r} (the fingerprints of the run's input files) cannot be "
+                          f"read ({' '.join(str(exc).split())}); delete it to resume without checking the input "
+                          "files") from None
+    changes = []
+    for entry in entries:
+        now = fingerprint(entry["path"])
+        keys = ("size", "sha256", "missing", "not_a_file")
+        if any(entry.get(k) != now.get(k) for k in keys):
+            changes.append(f"{entry['path']}: {_described(entry)} -> {_described(now)}")
+    return changes
 
 
 def now_iso() -> str:

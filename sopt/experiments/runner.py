@@ -17,9 +17,11 @@ ends where a run that never stopped ends, with the same metrics.jsonl and summar
 
 Safety: a run or resume holds the run directory's lock (:class:`~sopt.experiments.run_dir.RunLock`) throughout,
 so a second one is refused; a resume refuses a ``config.toml`` edited since the run started unless the change is
-accepted (then recorded in ``overrides.txt`` and as a ``config_change`` event in ``metrics.jsonl``). Any exception
-once training began (a divergence, a full disk, a bug) becomes a ``failed`` outcome: summary.json says so with a
-one-line reason and error.txt holds the traceback, as far as the disk allows.
+accepted (then recorded in ``overrides.txt`` and as a ``config_change`` event in ``metrics.jsonl``), and input
+files (``Problem.input_files``, fingerprinted in ``inputs.json`` at the start) changed since, the same way
+(``--accept-input-change``, an ``input_change`` event). Any exception once training began (a divergence, a full
+disk, a bug) becomes a ``failed`` outcome: summary.json says so with a one-line reason (rewritten in place when a
+full disk refuses its replacement) and error.txt holds the traceback, as far as the disk allows.
 """
 
 from __future__ import annotations
@@ -35,12 +37,13 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Sequence
 
+from sopt import atomic_write
 from sopt.config.files import dumps_toml, write_atomic
 from sopt.experiments.problem import Problem, ProblemConfig
 from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, MAX_RUN_JSON_BYTES,
                                       METRICS_FILE, OVERRIDES_FILE, STARTED_CONFIG_FILE, SUMMARY_FILE, RunDirError,
-                                      RunLock, check_out_dir, check_writable, environment, now_iso, read_json,
-                                      read_metrics, read_summary, run_alive, write_json)
+                                      RunLock, check_out_dir, check_writable, environment, input_changes, now_iso,
+                                      read_json, read_metrics, read_summary, run_alive, write_inputs, write_json)
 from sopt.experiments.run_records import flatten
 from sopt.regular_file import read_bytes
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
@@ -72,12 +75,12 @@ def _numbers(record: dict[str, Any]) -> dict[str, float]:
 
 
 def _truncate_metrics(path: pathlib.Path, step: int, at_step: dict[str, Any] | None, keep_at_step: bool,
-                      event: dict[str, Any] | None = None) -> None:
+                      new_events: Sequence[dict[str, Any]] = ()) -> None:
     """Cut ``metrics.jsonl`` back to what the run had logged before ``step`` (the checkpoint's), then ``at_step``
     (the checkpoint's own record of ``step``, which the stopped run may or may not have logged) when
     ``keep_at_step`` -- only when ``step`` is a metrics step of a run that never stopped, not one that a signal
-    made one -- then ``event``. End events go (the stopped run's); other events up to ``step`` (an accepted
-    config change) stay."""
+    made one -- then ``new_events``. End events go (the stopped run's); other events up to ``step`` (an accepted
+    config or input change) stay."""
     kept, events = [], []
     for record in read_metrics(path, events=True):
         at = record["step"]
@@ -87,8 +90,7 @@ def _truncate_metrics(path: pathlib.Path, step: int, at_step: dict[str, Any] | N
             kept.append(record)
         elif at == step and "event" in record:
             events.append(record)
-    lines = [*kept, *([at_step] if at_step is not None and keep_at_step else []), *events,
-             *([event] if event is not None else [])]
+    lines = [*kept, *([at_step] if at_step is not None and keep_at_step else []), *events, *new_events]
     write_atomic(path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in lines))
 
 
@@ -111,10 +113,18 @@ class _SummaryWriter:
         self.path, self.problem, self.total, self.started, self.before = (run_dir / SUMMARY_FILE, problem,
                                                                            total_steps, started, time_before)
 
-    def write(self, status: str, steps: int, metrics: dict[str, float], error: str | None = None) -> None:
-        write_json(self.path, {"problem": self.problem, "status": status, "steps": steps, "total_steps": self.total,
-                               "time_s": self.before + time.perf_counter() - self.started, "metrics": metrics,
-                               "error": error, "pid": os.getpid(), "updated": now_iso()})
+    def write(self, status: str, steps: int, metrics: dict[str, float], error: str | None = None,
+              in_place: bool = False) -> None:
+        """summary.json with ``status``, atomically (``in_place``: over the old file's own bytes, see
+        :func:`_record_failure`)."""
+        data = {"problem": self.problem, "status": status, "steps": steps, "total_steps": self.total,
+                "time_s": self.before + time.perf_counter() - self.started, "metrics": metrics,
+                "error": error, "pid": os.getpid(), "updated": now_iso()}
+        if in_place:
+            atomic_write.overwrite_in_place(self.path, (json.dumps(data, indent=2, allow_nan=False, default=str)
+                                                        + "\n").encode("utf-8"))
+        else:
+            write_json(self.path, data)
 
 
 class _StopOnSignal:
@@ -153,6 +163,7 @@ def start(problem: Problem, run_dir: pathlib.Path, overrides: Iterable[str] = ()
         write_json(run_dir / STARTED_CONFIG_FILE, resolved)
         write_atomic(run_dir / OVERRIDES_FILE, "".join(f"{o}\n" for o in overrides))
         write_json(run_dir / ENV_FILE, environment(device))
+        write_inputs(run_dir, list(problem.input_files()))
 
     with RunLock(run_dir):
         check_out_dir(run_dir)   # again under the lock: a run that took the same empty folder first has filled it
@@ -214,35 +225,58 @@ def check_config_unchanged(run_dir: pathlib.Path, config: ProblemConfig, accept:
     return changes
 
 
+def check_inputs_unchanged(run_dir: pathlib.Path, accept: bool) -> list[str]:
+    """The input files of the run in ``run_dir`` changed since it started (:func:`~sopt.experiments.run_dir.
+    input_changes`, read from the paths inputs.json records), refused (RunDirError listing them) unless
+    ``accept``: a run resumed on other data would fit two datasets under one label. Reads the files, nothing
+    else: called before the problem is built."""
+    changes = input_changes(run_dir)
+    if changes and not accept:
+        raise RunDirError(f"the input files of the run in {str(run_dir)!r} changed after it started "
+                          f"({'; '.join(changes)}); restore them, or resume with --accept-input-change to continue "
+                          "with the new files (the change is recorded in the run)")
+    return changes
+
+
 def resume(problem: Problem, run_dir: pathlib.Path, *, progress: bool = True, callbacks: Iterable[Callback] = (),
-           accept_config_change: bool = False, data_parallel: Any = None) -> RunOutcome:
+           accept_config_change: bool = False, accept_input_change: bool = False,
+           data_parallel: Any = None) -> RunOutcome:
     """Continue the run in ``run_dir`` (``problem`` built from its config.toml) from its checkpoint (or from step
     0 when it was stopped before writing one) to the config's ``steps``, holding its lock. RunDirError when it
-    cannot be resumed (see :func:`check_resumable`, :func:`check_config_unchanged`), CheckpointError when its
-    checkpoint does not load: both before anything in ``run_dir`` changes."""
+    cannot be resumed (see :func:`check_resumable`, :func:`check_config_unchanged`,
+    :func:`check_inputs_unchanged`), CheckpointError when its checkpoint does not load: both before anything in
+    ``run_dir`` changes."""
     with RunLock(run_dir):
         check_resumable(run_dir)   # again under the lock: a resume that won the race may have finished it
         changes = check_config_unchanged(run_dir, problem.config, accept_config_change)
+        inputs = check_inputs_unchanged(run_dir, accept_input_change)
         return _train(problem, run_dir, resuming=True, progress=progress, callbacks=callbacks, changes=changes,
-                      data_parallel=data_parallel)
+                      input_changes=inputs, data_parallel=data_parallel)
 
 
 def _record_failure(run_dir: pathlib.Path, summary: "_SummaryWriter", step: int, exc: Exception) -> str:
-    """The one-line reason for ``exc``, recorded as far as the disk allows: the traceback in error.txt (not for a
-    divergence, whose message says it all), summary.json status failed."""
+    """The one-line reason for ``exc``, recorded as far as the disk allows: summary.json status failed first,
+    then the traceback in error.txt (not for a divergence, whose message says it all). On a full disk replacing
+    summary.json fails (its new copy needs room while the old one still holds its blocks): it is then rewritten
+    in place, over its own blocks. A summary that still cannot be written stays ``running`` with this process's
+    pid, which ``sopt resume`` and ``sopt report`` take for a stopped run once the process is gone."""
     message = " ".join(str(exc).split())
     if not isinstance(exc, NonFiniteError):
         message = f"{type(exc).__name__}: {message}"
+    try:
+        summary.write("failed", step, {}, message)
+    except OSError:
+        with contextlib.suppress(OSError):
+            summary.write("failed", step, {}, message, in_place=True)
+    if not isinstance(exc, NonFiniteError):
         with contextlib.suppress(OSError):
             write_atomic(run_dir / ERROR_FILE, "".join(traceback.format_exception(exc)))
-    with contextlib.suppress(OSError):   # best effort: a full disk may refuse this too
-        summary.write("failed", step, {}, message)
     return message
 
 
 def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress: bool,
            callbacks: Iterable[Callback], prepare: Callable[[], None] | None = None,
-           changes: Sequence[str] = (), data_parallel: Any = None) -> RunOutcome:
+           changes: Sequence[str] = (), input_changes: Sequence[str] = (), data_parallel: Any = None) -> RunOutcome:
     config: ProblemConfig = problem.config
     parts = dict(problem.trainer_parts())
     own = list(parts.pop("callbacks", []))
@@ -263,16 +297,20 @@ def _train(problem: Problem, run_dir: pathlib.Path, *, resuming: bool, progress:
         if prepare is not None:
             prepare()
         if resuming:
-            event = ({"step": trainer.step, "event": "config_change", "changes": list(changes)} if changes else None)
+            events = [{"step": trainer.step, "event": kind, "changes": list(found)}
+                      for kind, found in (("config_change", changes), ("input_change", input_changes)) if found]
             _truncate_metrics(metrics_path, trainer.step, at_step,
-                              trainer.is_metrics_step(trainer.step, final=trainer.step >= config.steps), event)
-            if changes:   # recorded, and the new config is the one the next resume compares with
+                              trainer.is_metrics_step(trainer.step, final=trainer.step >= config.steps), events)
+            if changes or input_changes:   # recorded; the next resume compares with the new config and files
                 overrides = run_dir / OVERRIDES_FILE
                 text = (read_bytes(overrides, MAX_RUN_JSON_BYTES).decode("utf-8", "replace")
                         if os.path.lexists(overrides) else "")
-                write_atomic(overrides, text + "".join(f"# resumed at step {trainer.step} with an edited "
-                                                       f"{CONFIG_FILE}: {c}\n" for c in changes))
-                write_json(run_dir / STARTED_CONFIG_FILE, config.model_dump(mode="json"))
+                write_atomic(overrides, text + "".join(
+                    [*(f"# resumed at step {trainer.step} with an edited {CONFIG_FILE}: {c}\n" for c in changes),
+                     *(f"# resumed at step {trainer.step} with a changed input file: {c}\n" for c in input_changes)]))
+                if changes:
+                    write_json(run_dir / STARTED_CONFIG_FILE, config.model_dump(mode="json"))
+                write_inputs(run_dir, list(problem.input_files()))
         summary.write("running", trainer.step, {})
         with _StopOnSignal(trainer):
             result = trainer.fit(config.steps)

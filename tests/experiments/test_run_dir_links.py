@@ -150,8 +150,8 @@ class _StopAt(Callback):
 # every file sopt writes into a fit_projectile run (a finished run's folder, and error.txt of a failed one); all but
 # config.toml and .lock get a link (resume reads config.toml and never writes it; .lock is opened with O_NOFOLLOW by
 # the run's lock, so a link there is refused, not followed)
-RUN_FILES = ["config.toml", ".config.json", ".lock", "overrides.txt", "env.json", "summary.json", "metrics.jsonl",
-             "checkpoint.npz", "result.json", "curves.png", "trajectories.png", "error.txt"]
+RUN_FILES = ["config.toml", ".config.json", ".lock", "overrides.txt", "env.json", "inputs.json", "summary.json",
+             "metrics.jsonl", "checkpoint.npz", "result.json", "curves.png", "trajectories.png", "error.txt"]
 LINKED = [name for f in RUN_FILES for name in [f, *temp_names(f)] if name not in ("config.toml", ".lock")]
 REPORT_FILES = ["report.md", "report.csv", "curves.png"]
 

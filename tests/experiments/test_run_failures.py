@@ -27,6 +27,7 @@ import pytest
 import tomli_w
 
 import sopt
+from sopt import atomic_write
 from sopt.config import files
 from sopt.experiments import run_dir as rd
 from sopt.problems import problem_class
@@ -218,22 +219,60 @@ def full_disk(monkeypatch, at: int, lasting: bool) -> None:
     monkeypatch.setattr(rd, "write_atomic", write_atomic)
 
 
-@pytest.mark.parametrize("at, step, lasting", [(5, 20, False), (5, 20, True), (7, 30, False)],
+@pytest.mark.parametrize("at, step, lasting", [(6, 20, False), (6, 20, True), (8, 30, False)],
                          ids=["in_training", "in_training_lasting", "in_the_final_write_out"])
 def test_a_full_disk_is_one_line_exit_2_and_marks_the_run_failed(tmp_path, monkeypatch, at, step, lasting):
-    # the JSON writes of a run: .config.json, env.json, summary (start), summaries at steps 10, 20, 30, result.json
+    # the JSON writes of a run: .config.json, env.json, inputs.json, summary (start), summaries at steps 10, 20,
+    # 30, result.json
     out = tmp_path / "run"
     full_disk(monkeypatch, at, lasting)
     code, _, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out), "--no-progress"])
     line = one_error_line(code, stderr)
     assert line.startswith(f"error: the run failed at step {step}: OSError: [Errno 28] No space left on device"), line
     assert "Traceback" in (out / "error.txt").read_text(encoding="utf-8")
+    # a disk that stays full refuses the summary's replacement too: it is rewritten in place, over its own bytes
     s = summary(out)
-    if lasting:   # the failure could not be recorded: the last summary that could be written stays
-        assert s["status"] == "running"
-    else:
-        assert (s["status"], s["steps"]) == ("failed", step)
-        assert s["error"].startswith("OSError: [Errno 28] No space left on device"), s
+    assert (s["status"], s["steps"]) == ("failed", step)
+    assert s["error"].startswith("OSError: [Errno 28] No space left on device"), s
+
+
+def test_a_summary_that_cannot_be_marked_failed_reads_as_stopped_and_resumes(tmp_path, monkeypatch, whole):
+    # not even in place: summary.json keeps "running" with this process's pid, gone once the command ends
+    out = tmp_path / "run"
+    with monkeypatch.context() as mp:
+        full_disk(mp, 6, lasting=True)
+
+        def no_room(path: Any, data: bytes) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+        mp.setattr(atomic_write, "overwrite_in_place", no_room)
+        code, _, stderr = sopt_main(["run", "--problem", "fit_projectile", *RUN, "--out", str(out), "--no-progress"])
+    assert one_error_line(code, stderr).startswith("error: the run failed at step 20: OSError: [Errno 28]")
+    assert (summary(out)["status"], summary(out)["steps"], summary(out)["pid"]) == ("running", 10, os.getpid())
+    from sopt.experiments.run_records import read_run
+    assert read_run(out).status == "interrupted"   # run_alive: the run's own pid is not a live holder here
+    code, stdout, stderr = sopt_main(["resume", str(out), "--no-progress"])
+    assert code == 0 and "finished 30 steps" in stdout, stderr
+    assert same_summary(summary(out), summary(whole)) == same_summary(summary(whole), summary(whole))
+
+
+def test_overwrite_in_place_replaces_the_bytes_of_one_regular_file_only(tmp_path):
+    target = tmp_path / "summary.json"
+    target.write_text('{"status": "running", "metrics": {"loss": 0.5}}\n', encoding="utf-8")
+    atomic_write.overwrite_in_place(target, b'{"status": "failed"}\n')
+    assert target.read_bytes() == b'{"status": "failed"}\n'
+    (tmp_path / "other").write_text("someone else's", encoding="utf-8")
+    os.symlink(tmp_path / "other", tmp_path / "link")
+    with pytest.raises(OSError) as info:
+        atomic_write.overwrite_in_place(tmp_path / "link", b"x")
+    assert info.value.errno == errno.ELOOP
+    os.link(tmp_path / "other", tmp_path / "hard")
+    with pytest.raises(OSError, match="not overwritten in place: not a regular file with one name"):
+        atomic_write.overwrite_in_place(tmp_path / "hard", b"x")
+    with pytest.raises(FileNotFoundError):
+        atomic_write.overwrite_in_place(tmp_path / "missing", b"x")
+    assert (tmp_path / "other").read_text(encoding="utf-8") == "someone else's"
+    assert not (tmp_path / "missing").exists()
 
 
 def test_an_exception_in_training_is_one_line_exit_2_and_recorded(tmp_path, monkeypatch):
@@ -310,6 +349,61 @@ def test_resume_with_an_edited_config_is_refused_unless_accepted_and_then_record
     assert (run / "overrides.txt").read_text(encoding="utf-8").endswith(
         f"# resumed at step {STOP_AT} with an edited config.toml: {change}\n")
     assert {"step": STOP_AT, "event": "config_change", "changes": [change]} in records(run)
+
+
+# -- an input file changed after the run stopped --------------------------------------------------------------------
+def test_resume_with_a_changed_input_file_is_refused_unless_accepted_and_then_recorded(tmp_path, monkeypatch,
+                                                                                     own_sigterm):
+    data = tmp_path / "speed.txt"
+    data.write_text("8.0\n", encoding="utf-8")
+    run = tmp_path / "run"
+    original = Trainer.train_step
+
+    def train_step(self: Trainer) -> Any:
+        loss = original(self)
+        if self.step == STOP_AT:
+            signal.raise_signal(signal.SIGTERM)
+        return loss
+
+    argv = ["run", "--problem", "tests.experiments.input_problem:DataBall", *RUN, f"data={data}", "--out", str(run),
+            "--no-progress"]
+    with monkeypatch.context() as mp:
+        mp.setattr(Trainer, "train_step", train_step)
+        code, stdout, stderr = sopt_main(argv)
+    assert code == 0 and f"interrupted after step {STOP_AT}" in stdout, stderr
+    import hashlib
+    first = {"path": str(data), "size": 4, "sha256": hashlib.sha256(b"8.0\n").hexdigest()}
+    assert json.loads((run / "inputs.json").read_text(encoding="utf-8")) == {"files": [first]}
+
+    data.write_text("8.25\n", encoding="utf-8")   # the data replaced between the interrupt and the resume
+    second = hashlib.sha256(b"8.25\n").hexdigest()
+    change = f"{data}: 4 bytes, sha256 {first['sha256'][:12]} -> 5 bytes, sha256 {second[:12]}"
+    before = listing(run)
+    with monkeypatch.context() as mp:
+        no_gpu(mp)
+        code, stdout, stderr = sopt_main(["resume", str(run)])
+    assert one_error_line(code, stderr) == (
+        f"error: the input files of the run in {str(run)!r} changed after it started ({change}); restore them, or "
+        "resume with --accept-input-change to continue with the new files (the change is recorded in the run)")
+    assert stdout == "" and listing(run) == before
+    data.unlink()
+    with monkeypatch.context() as mp:
+        no_gpu(mp)
+        code, stdout, stderr = sopt_main(["resume", str(run)])
+    assert one_error_line(code, stderr) == (
+        f"error: the input files of the run in {str(run)!r} changed after it started ({data}: 4 bytes, sha256 "
+        f"{first['sha256'][:12]} -> missing); restore them, or resume with --accept-input-change to continue with "
+        "the new files (the change is recorded in the run)")
+    assert listing(run) == before
+
+    data.write_text("8.25\n", encoding="utf-8")
+    code, stdout, stderr = sopt_main(["resume", str(run), "--accept-input-change", "--no-progress"])
+    assert code == 0 and "finished 30 steps" in stdout, stderr
+    assert (run / "overrides.txt").read_text(encoding="utf-8").endswith(
+        f"# resumed at step {STOP_AT} with a changed input file: {change}\n")
+    assert {"step": STOP_AT, "event": "input_change", "changes": [change]} in records(run)
+    assert json.loads((run / "inputs.json").read_text(encoding="utf-8")) == {
+        "files": [{"path": str(data), "size": 5, "sha256": second}]}   # what the next resume compares with
 
 
 # -- a run whose checkpoint was removed, and files in a run replaced by what must not be read ----------------------
