@@ -4,7 +4,8 @@ Sections ``encoding``, ``network``, ``loss``, ``optimizer`` and ``schedule`` nam
 component of that family in :mod:`sopt.config.registry`; the other keys are scalars. Besides each key's type and
 bounds, the schema checks what only the keys together decide (the point shares of the pool, the widths
 FullyFusedMLP takes, the hash table's size, the memory the sizes need) and that ``mesh`` names a mesh trimesh reads,
-all before any GPU work.
+closed unless ``unsigned`` (an open surface has no inside: the sign of its distance is undefined), all before any
+GPU work.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
     checkpoint_every: int = Field(200, ge=1, le=10_000_000, description="steps between checkpoints")
     mesh: str | None = Field(None, min_length=1, description="OBJ/PLY/STL/OFF file of the triangle mesh to fit (None: "
                                                              "the packaged wavy torus, data/wavy_torus.ply)")
+    unsigned: bool = Field(False, description="fit the unsigned distance to the surface (no inside, no sign), as an "
+                           "open mesh needs (one whose edges do not all border two triangles: a sheet, a surface "
+                           "with holes); metrics: distance_error (mean |prediction - truth| on the eval grid) instead "
+                           "of iou, chamfer and normal_consistency")
     margin: float = Field(0.1, ge=0.0, le=0.45, description="space between the mesh's bounding box and the unit box "
                                                             "on each side of its longest side (box units)")
     pool_size: int = Field(1 << 16, ge=64, le=MAX_POINTS, description="points with a known signed distance that "
@@ -87,16 +92,32 @@ class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
 
     @field_validator("mesh")
     @classmethod
-    def _mesh_is_readable(cls, value: str | None) -> str | None:
+    def _mesh_is_a_file(cls, value: str | None) -> str | None:
         if value is None:
             return None
         problem = file_problem(value)
         if problem is not None:
             raise ValueError(f"{problem}; expected an OBJ/PLY/STL/OFF file")
-        from sopt.problems.neural_sdf.mesh import read_mesh
-        read_mesh(value)   # ValueError/ImportError naming the file or the missing extra
         # absolute, so the resolved config.toml still names the file when the run is resumed from elsewhere
         return str(pathlib.Path(value).resolve())
+
+    def _mesh_errors(self) -> list[tuple[tuple[str, ...], Any, str]]:
+        """The mesh file's problems (read_mesh's, or an open surface whose sign is undefined) as (key, value,
+        message); none without trimesh (NeuralSDF refuses to start then, saying what to install) or for the
+        packaged closed mesh."""
+        from sopt.problems.neural_sdf.mesh import missing_extra, open_edges, read_mesh
+        if self.mesh is None or missing_extra() is not None:
+            return []
+        try:
+            mesh = read_mesh(self.mesh)
+        except ValueError as exc:
+            return [(("mesh",), self.mesh, str(exc))]
+        edges = open_edges(mesh) if not self.unsigned else 0
+        if edges:
+            return [(("mesh",), self.mesh, f"the mesh is not closed ({edges} edges border one triangle only), so "
+                     "the sign of its distance (inside or outside) is undefined; set unsigned = true to fit the "
+                     "unsigned distance, or close the mesh")]
+        return []
 
     @model_validator(mode="after")
     def _sizes_the_kernels_take(self) -> "NeuralSDFConfig":
@@ -105,6 +126,9 @@ class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
             errors.append((("surface_fraction",), self.surface_fraction,
                            f"uniform_fraction + surface_fraction = {self.uniform_fraction + self.surface_fraction:g} "
                            "exceeds 1 (the rest of the pool is near the surface)"))
+        if self.unsigned and self.target_iou is not None:
+            errors.append((("target_iou",), self.target_iou, "an unsigned distance has no inside, so no IoU is "
+                           "measured; leave target_iou out (None) with unsigned = true"))
         errors += self._network_errors()
         widest = self._widest()
         for key, rows in (("batch_size", self.batch_size), ("eval_resolution", self.eval_resolution ** 3),
@@ -118,6 +142,7 @@ class NeuralSDFConfig(NeuralFieldConfig, problem="neural_sdf"):
                 errors.append(((key,), getattr(self, key), f"{rows} points need their exact signed distance, more "
                                                            f"than the {MAX_POINTS} one dispatch takes"))
         refuse(self, errors)
+        refuse(self, self._mesh_errors())   # after the cheap checks: it reads and parses the file
         check_memory(self, "pool_size", self.memory_estimate(),
                      f"a pool of {self.pool_size}, {self.eval_resolution}^3 evaluation points, 6 x {self.image_size}^2 "
                      f"probes and {self.batch_size} per batch x {self._floats_per_sample()} floats, "

@@ -16,7 +16,8 @@ _MAX_THREADS = 64 * 65535   # one dispatch's threads (groups of 64, per-dimensio
 
 
 class SignedDistance(NamedTuple):
-    """``sdf`` (N,) signed distance (box units, negative inside) and ``winding`` (N,) generalised winding number."""
+    """``sdf`` (N,) signed distance (box units, negative inside; never negative for an unsigned MeshTruth) and
+    ``winding`` (N,) generalised winding number."""
 
     sdf: np.ndarray
     winding: np.ndarray
@@ -24,9 +25,10 @@ class SignedDistance(NamedTuple):
 
 class MeshTruth:
     """The triangles ``(T, 3, 3)`` (float32, unit-box coordinates) uploaded once, with their cumulative areas for
-    drawing surface points in proportion to area."""
+    drawing surface points in proportion to area. ``unsigned``: the distance is never negative (an open mesh, whose
+    inside is undefined); ``winding`` is computed either way."""
 
-    def __init__(self, triangles: np.ndarray) -> None:
+    def __init__(self, triangles: np.ndarray, unsigned: bool = False) -> None:
         triangles = np.ascontiguousarray(triangles, np.float32)
         if triangles.ndim != 3 or triangles.shape[1:] != (3, 3) or len(triangles) == 0:
             raise ValueError(f"triangles must have shape (T, 3, 3) with T >= 1, got {triangles.shape}")
@@ -37,11 +39,18 @@ class MeshTruth:
         cdf = np.cumsum(areas) / areas.sum()
         cdf[-1] = 1.0   # the binary search's last bin catches u up to 1 - 2^-24
         self.n_triangles = len(triangles)
+        self.unsigned = bool(unsigned)
         device = dev.get_device()
         self.triangles = spy.Tensor.from_numpy(device, triangles.reshape(-1))
         self.cdf = spy.Tensor.from_numpy(device, cdf.astype(np.float32))
         self._distance: dev.BoundKernel | None = None
         self._sample: dev.BoundKernel | None = None
+
+    def size(self, n_points: int) -> str:
+        """How much computing the signed distance of ``n_points`` points is, for a notice: ``N points x T
+        triangles (P point-triangle distances)``."""
+        return f"{n_points} points x {self.n_triangles} triangles ({n_points * self.n_triangles:.2g} point-triangle " \
+               "distances)"
 
     def record_signed_distance(self, points: spy.Tensor, sdf: spy.Tensor, winding: spy.Tensor,
                                encoder: spy.CommandEncoder | None = None) -> None:
@@ -52,7 +61,8 @@ class MeshTruth:
             raise ValueError(f"at most {_MAX_THREADS} points per call, got {n}")
         if self._distance is None:
             self._distance = kernels.SIGNED_DISTANCE.bind(triangles=self.triangles.storage)
-        self._distance.set(args={"n_points": n, "n_triangles": self.n_triangles, "points_offset": int(points.offset)},
+        self._distance.set(args={"n_points": n, "n_triangles": self.n_triangles, "points_offset": int(points.offset),
+                                 "unsigned_distance": int(self.unsigned)},
                            points=points.storage, sdf=sdf.storage, winding=winding.storage)
         self._distance.dispatch(n, encoder)
 
