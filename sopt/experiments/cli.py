@@ -231,10 +231,10 @@ def cmd_resume(argv: list[str]) -> int:
     parser.add_argument("--accept-config-change", action="store_true",
                         help="resume although config.toml was edited since the run started (refused otherwise); "
                              "the change is recorded in overrides.txt and metrics.jsonl")
-    parser.add_argument("--nproc", type=int, default=1, metavar="N", help="data-parallel: N processes, one per GPU "
     parser.add_argument("--accept-input-change", action="store_true",
                         help="resume although an input file the run reads (a mesh, images) changed since it "
                              "started (refused otherwise); the change is recorded in overrides.txt and metrics.jsonl")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N", help="data-parallel: N processes, one per GPU "
                         "(any N the batch splits over; default 1)")
     args = parser.parse_args(argv)
     from sopt.experiments import run_dir as rd
@@ -260,8 +260,8 @@ def cmd_resume(argv: list[str]) -> int:
         config = validate(cls.schema, data)
         if rank is None or rank.is_main:
             runner.check_config_unchanged(out, config, args.accept_config_change)
-        nproc = rank.world_size if rank is not None else args.nproc
             runner.check_inputs_unchanged(out, args.accept_input_change)
+        nproc = rank.world_size if rank is not None else args.nproc
         if nproc > 1:
             from sopt.distributed.splittable import check_splittable
             check_splittable(cls, config, nproc, on_this_host=args.nproc > 1)
