@@ -5,10 +5,11 @@ Selection: CUDA where an NVIDIA driver works, else Vulkan (a GPU, or Mesa's soft
 
 Compiled shaders are cached on disk (``SOPT_CACHE_DIR``, default ``$XDG_CACHE_HOME/sopt`` or
 ``~/.cache/sopt``) so that a second process does not recompile every kernel. A kernel's first compile can
-take seconds (tens on the software driver); :func:`compiling` says so on the ``"sopt"`` logger (stderr by
+take seconds (tens on the software driver, most of it the driver's compile at the pipeline's first run, which
+:func:`compiling` makes happen at the compile); it reports each one on the ``"sopt"`` logger (stderr by
 default; ``logging.getLogger("sopt").setLevel(logging.WARNING)`` silences it) when the disk cache has not
-seen that kernel before, numbered, and once compiled how long it took (:func:`compiles` lists them;
-:func:`compile_seconds` is the time first uses took, which the Trainer's progress bar leaves out of its rate).
+seen that kernel before, numbered, with how long it took (:func:`compiles` lists them; :func:`compile_seconds`
+is the time first uses took, which the Trainer's progress bar leaves out of its rate).
 An unwritable cache folder is reported once and sopt runs without a disk cache.
 """
 
@@ -91,7 +92,8 @@ _sources_digest: str | None = None
 _unwritable_warned: set[pathlib.Path] = set()
 _dispatches = 0
 _compiles: list[tuple[str, float]] = []   # (label, seconds) of each compile the disk cache had not seen
-_compile_seconds = 0.0                     # host seconds in first uses of kernels in this process (compiles or loads)
+_compile_seconds = 0.0                     # seconds in first uses of kernels in this process (compiles or loads)
+_announced = False                         # whether this process said where compiled kernels go
 
 
 def _cuda_driver_missing() -> str | None:
@@ -216,15 +218,77 @@ def _slang_sources_digest() -> str:
     return _sources_digest
 
 
+class FirstUse:
+    """What :func:`compiling` yields to the code it wraps: :meth:`run` makes the driver compile a kernel's pipeline
+    there and then, so that the compile's time and notice include the driver's part."""
+
+    __slots__ = ("waited", "driver")
+
+    def __init__(self) -> None:
+        self.waited = 0.0   # seconds waiting for GPU work submitted before (not compiling; left out of the time)
+        self.driver = 0.0   # seconds of the driver's compile at the pipeline's first run
+
+    def run(self, pipeline: spy.ComputePipeline) -> None:
+        """Dispatch no thread groups of ``pipeline`` (with no arguments bound) in a command buffer of its own and
+        wait for it: a Vulkan driver may compile a pipeline only when it first runs (lavapipe does, for seconds a
+        kernel), which would otherwise be a silent wait at the next read of a result. The GPU work submitted
+        before is waited for first, outside the time. Nothing on CUDA, whose pipelines are compiled when they are
+        created, nor while :mod:`sopt.cuda_graph` captures."""
+        if device_kind() != "vulkan" or capturing():
+            return
+        device = get_device()
+        began = time.perf_counter()
+        device.wait()
+        ready = time.perf_counter()
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.bind_pipeline(pipeline)
+        # an indirect dispatch of (0, 0, 0) groups: a direct one of 0 groups makes SlangPy's validation warn
+        compute.dispatch_compute_indirect(_no_groups(device))
+        compute.end()
+        device.submit_command_buffer(encoder.finish())
+        device.wait()
+        self.waited += ready - began
+        self.driver += time.perf_counter() - ready
+
+
+_no_groups_buffers: dict[int, spy.Buffer] = {}
+
+
+def _no_groups(device: spy.Device) -> spy.BufferOffsetPair:
+    """Indirect dispatch arguments (0, 0, 0) on ``device``: no thread group runs. (The buffer is kept here: the
+    pair does not keep it alive.)"""
+    buffer = _no_groups_buffers.get(id(device))
+    if buffer is None:
+        buffer = _no_groups_buffers[id(device)] = device.create_buffer(
+            size=16, usage=spy.BufferUsage.indirect_argument | spy.BufferUsage.shader_resource,
+            data=np.zeros(4, np.uint32))
+    return spy.BufferOffsetPair(buffer, 0)
+
+
+def _announce_compiles(device_name: str) -> None:
+    """The line before a process's first compile: where compiled kernels go, and that the bar leaves them out."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    where = "no disk cache" if _disk_cache is None else f"cached in {_disk_cache} afterwards"
+    log.info("compiling kernels on %s at their first use (%s; the progress bar's rate and ETA leave compiling out); "
+             "each is numbered and timed, the driver's compile included ...", device_name, where)
+
+
 @contextlib.contextmanager
-def compiling(what: str) -> Iterator[None]:
-    """Wrap the first use in a process of a kernel whose compile may be slow: logs "compiling kernels for
-    ``what``" before it, numbered, and "compiled ``what`` in S s" after it, unless the disk cache has compiled it
-    before (a marker per kernel and sources version, written once the body succeeds). Within one process each
+def compiling(what: str) -> Iterator[FirstUse]:
+    """Wrap the first use in a process of a kernel whose compile may be slow (SlangPy's compile, the pipeline's
+    creation and, through the yielded :class:`FirstUse`'s ``run``, the driver's compile at its first run): unless
+    the disk cache has compiled it before (a marker per kernel and sources version, written once the body
+    succeeds), logs ``compile N: what in S s`` after it, numbered, with the driver's share and the total so far
+    (the first such line of a process is preceded by one saying where the cache is). Within one process each
     ``what`` is checked once; the time of every first use, cached or not, adds to :func:`compile_seconds`."""
     global _compile_seconds
+    first = FirstUse()
     if what in _compiled_here:
-        yield
+        yield first
         return
     device_name = device_kind()
     marker = None
@@ -232,24 +296,21 @@ def compiling(what: str) -> Iterator[None]:
         digest = hashlib.sha1(f"{_slang_sources_digest()}|{what}".encode()).hexdigest()
         marker = _disk_cache / "compiled" / digest
     compiles = marker is None or not marker.exists()
-    number = len(_compiles) + 1
-    if marker is None:
-        log.info("compiling kernels for %s on %s (no disk cache), compile %d ...", what, device_name, number)
-    elif compiles:
-        log.info("compiling kernels for %s on %s (first use; cached in %s afterwards), compile %d ...", what,
-                 device_name, _disk_cache, number)
+    if compiles:
+        _announce_compiles(device_name)
     began = time.perf_counter()
     try:
-        yield
+        yield first
     finally:
         # a failed compile took its time too; the progress bar must not count it as training
-        seconds = time.perf_counter() - began
+        seconds = time.perf_counter() - began - first.waited
         _compile_seconds += seconds
     _compiled_here.add(what)
     if compiles:
         _compiles.append((what, seconds))
-        log.info("compiled %s in %.1f s (compile %d; %.1f s compiling in this process)", what, seconds, number,
-                 sum(s for _, s in _compiles))
+        driver = f"the driver's {first.driver:.1f} s of it; " if first.driver else ""
+        log.info("compile %d: %s in %.1f s (%s%.1f s compiling in this process)", len(_compiles), what, seconds,
+                 driver, sum(s for _, s in _compiles))
     if compiles and marker is not None:
         try:
             marker.parent.mkdir(exist_ok=True)
@@ -265,8 +326,8 @@ def compiles() -> list[tuple[str, float]]:
 
 
 def compile_seconds() -> float:
-    """Host seconds this process spent in kernels' first uses (compiles, or loads from the disk cache): time
-    that is not training, which the Trainer's progress bar leaves out of its rate and ETA."""
+    """Seconds this process spent in kernels' first uses (compiles, or loads from the disk cache, the driver's
+    part included): time that is not training, which the Trainer's progress bar leaves out of its rate and ETA."""
     return _compile_seconds
 
 
@@ -634,7 +695,7 @@ def synchronize() -> None:
 
 
 __all__: Sequence[str] = (
-    "BoundKernel", "DeviceUnavailableError", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
+    "BoundKernel", "DeviceUnavailableError", "FirstUse", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
     "capturing", "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device",
     "graph_launches", "invalidate_graphs", "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize",
     "torch_device_index", "upload",

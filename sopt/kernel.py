@@ -25,8 +25,8 @@ Two kinds, as SlangPy has them:
 
 A source (:class:`Source`) is a module of sopt's Slang library named from ``slang_lib`` (``"nn/linear"``), or a
 ``.slang`` file given by its path (a problem's own kernels, a user's file through :func:`sopt.load_module`).
-Every launch counts in :func:`sopt.device.dispatch_count`; a kernel's first use is announced and timed by
-:func:`sopt.device.compiling`.
+Every launch counts in :func:`sopt.device.dispatch_count`; a kernel's first use is timed and reported by
+:func:`sopt.device.compiling`, the driver's compile at its pipeline's first run included.
 """
 
 from __future__ import annotations
@@ -211,13 +211,17 @@ def launch(function: Function, encoder: spy.CommandEncoder | None, *args: Any, *
         _run(function._node, encoder, args, kwargs)   # type: ignore[arg-type]
         return
     with _lock:   # SlangPy compiles a function at its first call, in the Slang session
-        node = function.load()
         key = function._key(device)
         if key not in _launched:
-            with dev.compiling(function.label):
+            with dev.compiling(function.label) as first:
+                node = function.load()   # its module parsed and checked, the first of that module's functions
+                if dev.device_kind() == "vulkan" and not dev.capturing():
+                    # built (and cached by SlangPy for the launch) first, so the driver compiles before it runs
+                    first.run(node.debug_build_call_data(*args, **kwargs).pipeline)
                 _run(node, encoder, args, kwargs)
             _launched.add(key)
         else:
+            node = function.load()
             _run(node, encoder, args, kwargs)
     function._device, function._node, function._launched = device, node, True
 
@@ -292,8 +296,10 @@ class Kernel:
             with _lock:
                 kernel = _programs.get(key)
                 if kernel is None:
-                    with dev.compiling(self.label):
-                        kernel = _programs[key] = device.create_compute_kernel(self._link(device))
+                    with dev.compiling(self.label) as first:
+                        kernel = device.create_compute_kernel(self._link(device))
+                        first.run(kernel.pipeline)   # SlangPy creates the pipeline here, else at the first dispatch
+                        _programs[key] = kernel
         return kernel
 
     def _link(self, device: spy.Device) -> spy.ShaderProgram:

@@ -68,3 +68,46 @@ def test_prefetch_loads_the_sources_declared_while_it_runs() -> None:
     thread.join(timeout=120)
     assert not thread.is_alive()
     assert (id(sopt.get_device()), late.source.key) in kernel._modules
+
+
+def test_a_first_launch_has_the_driver_compile_its_pipeline_inside_the_compile_before_the_real_dispatch(
+        tmp_path, monkeypatch) -> None:
+    """A kernel's first use hands its pipeline to FirstUse.run inside sopt.device.compiling (the driver's compile is
+    part of the compile's time), before the kernel's own dispatch is recorded; the results are unchanged. A
+    Function's pipeline is the one SlangPy then launches with (built once: nothing compiles at the launch)."""
+    ran: list[tuple[object, int]] = []
+    real_run = sopt.device.FirstUse.run
+
+    def recording_run(self, pipeline) -> None:
+        ran.append((pipeline, sopt.device.dispatch_count()))
+        real_run(self, pipeline)
+
+    monkeypatch.setattr(sopt.device.FirstUse, "run", recording_run)
+    source = tmp_path / "first_use.slang"
+    source.write_text("import slangpy;\n"
+                      "void twice(int i, float value, RWTensor<float, 1> dst) { dst[i] = 2.0 * value; }\n"
+                      "RWStructuredBuffer<float> out;\n"
+                      "[shader(\"compute\")] [numthreads(32, 1, 1)]\n"
+                      "void thrice(uint3 tid: SV_DispatchThreadID) { if (tid.x < 4) out[tid.x] = 3.0 * tid.x; }\n")
+    device = sopt.get_device()
+    t = spy.Tensor.zeros(device, (4,), "float")
+    encoder = sopt.device.create_command_encoder()
+    twice = kernel.Function(source, "twice")
+    kernel.launch(twice, encoder, i=spy.grid((4,)), value=1.5, dst=t)
+    kernel.launch(twice, encoder, i=spy.grid((4,)), value=1.5, dst=t)   # not a first use: nothing more
+    sopt.device.submit(encoder)
+    np.testing.assert_array_equal(t.to_numpy(), np.full(4, 3.0, np.float32))
+    if sopt.device.device_kind() == "vulkan":
+        assert len(ran) == 1
+        built = twice.load().debug_build_call_data(i=spy.grid((4,)), value=1.5, dst=t)
+        assert ran[0][0] is built.pipeline
+    else:   # CUDA compiles the pipeline SlangPy creates at the launch; nothing to run first
+        assert ran == []
+    ran.clear()
+    thrice = kernel.Kernel(source, "thrice")
+    loaded = thrice.load()
+    assert len(ran) == 1 and ran[0][0] is loaded.pipeline   # created inside the compile, on every backend
+    buffer = device.create_buffer(size=16, struct_size=4, usage=spy.BufferUsage.unordered_access
+                                  | spy.BufferUsage.shader_resource, data=np.zeros(4, np.float32))
+    thrice.bind(out=buffer).dispatch(32)
+    np.testing.assert_array_equal(buffer.to_numpy().view(np.float32), [0.0, 3.0, 6.0, 9.0])

@@ -108,7 +108,8 @@ def _print_outcome(outcome: Any, nproc: int = 1) -> int:
     for line in outcome.lines:
         print(line)
     shown = ", ".join(f"{k} {v:.6g}" for k, v in outcome.metrics.items() if k not in ("step", "steps_per_s", "time_s"))
-    print(f"finished {outcome.steps} steps ({outcome.seconds:.1f} s here): {shown}")
+    from sopt.train.progress import process_seconds   # "here": this command, from its process's start
+    print(f"finished {outcome.steps} steps ({process_seconds():.1f} s here): {shown}")
     return 0
 
 

@@ -3,8 +3,9 @@
 A first run on the software driver spends minutes compiling before its first step; ``sopt warmup PROBLEM
 [overrides]`` (or ``--all``) pays that once, ahead of time: it builds the problem from its config, trains one step
 with the problem's own callbacks (its evaluation) and runs its ``finish`` (final metrics, pictures) in a temporary
-folder that is removed, so every kernel a run uses is compiled into the cache (``SOPT_CACHE_DIR``). It prints what
-it compiled and how long that took; a second warmup finds everything cached and says so.
+folder that is removed, so every kernel a run uses is compiled into the cache (``SOPT_CACHE_DIR``; the driver's
+compile at a kernel's first run goes to the driver's own cache, Mesa's shader cache on the software driver). It
+prints what it compiled and how long each took; a second warmup finds everything cached and says so.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ class Warmed:
         if not self.compiled:
             return [f"{self.problem}: nothing to compile; the {self.kernels} kernel(s) it uses were already compiled "
                     f"(cache {cache}) ({self.seconds:.1f} s)"]
-        # the host's compile times; a driver that compiles a kernel as it first runs (lavapipe) spends the rest of
-        # the total then
+        # each kernel's time is its compile notice's: SlangPy's compile and the driver's at the first run
         return [f"{self.problem}: compiled {len(self.compiled)} kernel(s) into {cache} in {self.seconds:.1f} s "
-                "(building the problem, one step and its finish; host compile time each):",
+                "(building the problem, one step and its finish; each kernel's compile time, the driver's "
+                "included):",
                 *(f"  {i}: {label}  {s:.1f} s" for i, (label, s) in enumerate(self.compiled, 1))]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
@@ -26,6 +27,29 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from sopt.train.progress_bar import TrainingBar
+
+
+def _process_age() -> float:
+    """Seconds since this process started, from Linux's /proc (the start time in clock ticks since boot against
+    the uptime); 0.0 where that cannot be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            fields = stat.read().rpartition(")")[2].split()   # the command's name, in parentheses, may hold spaces
+        with open("/proc/uptime", encoding="ascii") as uptime:
+            up = float(uptime.read().split()[0])
+        return max(0.0, up - int(fields[19]) / os.sysconf("SC_CLK_TCK"))   # field 22 of stat: starttime
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+_PROCESS_START = time.perf_counter() - _process_age()   # on perf_counter's clock
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (its command's start: interpreter start-up, imports, building the
+    problem, compiling and training included), what ``sopt run`` reports as its time "here"; where the start
+    cannot be read (not Linux), since this module was imported."""
+    return time.perf_counter() - _PROCESS_START
 
 
 class TrainingRate:
@@ -93,6 +117,13 @@ class HiddenBar:
     def redirect_logging(self, logger: logging.Logger) -> ContextManager[None]:
         """Nothing to redirect: without a bar, ``logger``'s records go where they always go."""
         return contextlib.nullcontext()
+
+
+def notice(message: str) -> None:
+    """``sopt: MESSAGE ...``, one line on the ``"sopt"`` logger before a phase that may take seconds, saying what
+    it computes and how much: on stderr, where the progress bar and the compile notices go (above the bar while a
+    Trainer trains). It waits for nothing (no GPU sync)."""
+    logging.getLogger("sopt").info("%s ...", message)
 
 
 def training_bar(total: int, initial: int, rate: TrainingRate, shown: bool) -> "TrainingBar | HiddenBar":

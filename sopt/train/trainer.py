@@ -450,7 +450,6 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_train_start(self)
         waited = False   # whether the last metrics step waited for the GPU (the interval rate.tick measures)
-        compiled = len(device.compiles())
         try:
             notices.enter_context(bar.redirect_logging(logging.getLogger("sopt")))
             while self.step < steps:
@@ -473,12 +472,6 @@ class Trainer:
                 final = self.step == steps or self._stop_reason is not None
                 if not self.is_metrics_step(self.step, final):
                     continue
-                if len(device.compiles()) > compiled:
-                    # lavapipe compiles a kernel when it first runs: this wait can be the longest part of a first run
-                    fresh, compiled = len(device.compiles()) - compiled, len(device.compiles())
-                    logging.getLogger("sopt").info("waiting for the GPU at step %d: it runs %d newly compiled "
-                                                   "kernel(s) for the first time (a driver may compile them only "
-                                                   "now) ...", self.step, fresh)
                 metrics = self._read_metrics(loss_value, since, start)
                 waited = True
                 since = (self.step, time.perf_counter())

@@ -17,6 +17,7 @@ from sopt import device as dev
 from sopt.problems.neural_sdf.truth import MeshTruth
 from sopt.train import BatchSampler
 from sopt.train.batch_sampler import Batch
+from sopt.train.progress import notice
 from sopt.validation import check_float, check_int
 
 
@@ -50,6 +51,10 @@ class SDFSampler:
 
     def draw_pool(self, round: int, encoder: spy.CommandEncoder | None = None) -> None:
         """Record the draw of round ``round``'s points and their signed distances (or run them now)."""
+        if self.round is None:   # the first pool: a step's GPU work that the next wait for the GPU sees whole
+            again = f", again every {self.resample_every} steps" if self.resample_every else ""
+            notice(f"neural_sdf: ground truth of the training pool: {self.truth.size(self.pool_size)}"
+                   f"{', computed with the first step' if encoder is not None else ''}{again}")
         self.truth.record_sample(self.points, self.seed, round, self.n_uniform, self.n_surface, self.near_sigma,
                                  encoder)
         self.truth.record_signed_distance(self.points, self.sdf, self.winding, encoder)

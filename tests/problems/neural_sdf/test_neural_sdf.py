@@ -104,3 +104,27 @@ def test_a_tensor_core_mlp_runs_after_the_encoding_in_a_sequential(encoding: dic
     model = build_model(load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16}, encoding=encoding))
     assert isinstance(model, Sequential) and model[0].out_features == width
     assert [(c["in_features"], c["out_features"], c["encoding"]) for c in calls] == [(width, 1, None)]
+
+
+def test_the_ground_truth_phases_say_their_size_before_they_run(tmp_path: pathlib.Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """The evaluation grid's ground truth (building the problem) and the training pool's (recorded into the first
+    step) each print one line with points x triangles first; a later batch of the same pool prints nothing."""
+    import sopt
+
+    path = tmp_path / "cube.obj"
+    path.write_text(trimesh.creation.box(extents=(1.0, 1.0, 1.0)).export(file_type="obj"))   # 12 triangles
+    problem = NeuralSDF(load_config(mesh=str(path), eval_resolution=8, pool_size=64, batch_size=16,
+                                    chamfer_points=100, image_size=16))
+    err = capsys.readouterr().err
+    assert ("sopt: neural_sdf: ground truth of the 8^3 evaluation grid: 512 points x 12 triangles (6.1e+03 "
+            "point-triangle distances) ...\n") in err, err
+    for step in (0, 1):
+        encoder = sopt.device.create_command_encoder()
+        problem.sampler.sample(step, encoder)
+        sopt.device.submit(encoder)
+    err = capsys.readouterr().err
+    assert err.count("sopt: neural_sdf: ") == 1, err
+    assert ("sopt: neural_sdf: ground truth of the training pool: 64 points x 12 triangles (7.7e+02 point-triangle "
+            "distances), computed with the first step ...\n") in err, err
+    assert np.all(np.isfinite(problem.sampler.sdf.to_numpy()))
