@@ -59,8 +59,8 @@ class TrainingRate:
     :meth:`tick`; an interval between two ticks in which ``compile_clock`` moved is left out entirely, its steps
     and its time (such a step's other first-use costs, allocations and call setup, are no training rate either),
     and so is every later one up to and including the first in which the host waited for the GPU: a driver may
-    finish compiling a kernel only when it first runs (lavapipe does, for tens of seconds), and the host sees that
-    time only when it waits.
+    finish compiling a kernel only when it first runs (lavapipe does; :func:`sopt.device.compiling` has that
+    happen inside the compile for sopt's kernels), and the host sees such time only when it waits.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
