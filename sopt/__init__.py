@@ -1,52 +1,43 @@
 """sopt: gradient-based optimisation on the GPU with Slang kernels through SlangPy.
 
-The names below load on first use (PEP 562), so ``import sopt`` is cheap and a command such as ``sopt run`` (which
-imports only what its problem needs) starts within a second; ``sopt.Parameter``, ``sopt.optim.Adam`` and ``from
-sopt.nn import MLP`` work as with eager imports.
+The layers (docs/architecture.md): the runtime (:mod:`sopt.runtime`: device, kernels, submission, graph capture),
+the autodiff core (:mod:`sopt.autodiff`: parameters, the tape, gradient sources), the library (``optim``, ``nn``,
+``sim``, ``losses``, ``data``, ``train``, ``config``), interop (``torch``, ``distributed``) and the experiments
+command (:mod:`sopt.experiments`); the problems live beside the package, in ``problems/``.
+
+Names load on first use (PEP 562, :mod:`sopt.utils.lazy_exports`), so ``import sopt`` is cheap and ``sopt run``
+(which imports only what its problem needs) starts within a second.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sopt.utils.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("config", "data", "experiments", "init", "losses", "nn", "optim", "problems", "sim", "train")
-_NAMES = {
-    "CheckpointError": "sopt.checkpoint", "load": "sopt.checkpoint", "save": "sopt.checkpoint",
-    "device_kind": "sopt.device", "get_device": "sopt.device", "synchronize": "sopt.device",
-    "gradcheck": "sopt.nn.gradcheck", "Parameter": "sopt.parameter", "load_module": "sopt.slang_module",
-    "Tape": "sopt.tape", "TapeError": "sopt.tape",
+_SUBPACKAGES = ("autodiff", "compat", "config", "data", "distributed", "experiments", "losses", "nn", "optim",
+                "runtime", "sim", "torch", "train", "utils")
+_EXPORTS = {
+    **{name: f"sopt.{name}" for name in _SUBPACKAGES},
+    "init": "sopt.nn",   # sopt.nn.init, the initialisers (torch.nn.init)
+    "CheckpointError": "sopt.train.checkpoint", "load": "sopt.train.checkpoint", "save": "sopt.train.checkpoint",
+    "device_kind": "sopt.runtime.device", "get_device": "sopt.runtime.device", "synchronize": "sopt.runtime.device",
+    "load_module": "sopt.autodiff.slang_module",
+    "Parameter": "sopt.autodiff.parameter", "Tape": "sopt.autodiff.tape", "TapeError": "sopt.autodiff.tape",
+    "gradcheck": "sopt.nn.gradcheck",
 }
 
-__all__ = sorted([*_NAMES, "init", "losses", "nn", "optim", "sim", "train"])
+__all__ = sorted(n for n in _EXPORTS if n not in _SUBPACKAGES or n in ("losses", "nn", "optim", "sim", "train"))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from sopt import init, losses, nn, optim, sim, train
-    from sopt.checkpoint import CheckpointError, load, save
-    from sopt.device import device_kind, get_device, synchronize
+    from sopt import losses, nn, optim, sim, train
+    from sopt.autodiff.parameter import Parameter
+    from sopt.autodiff.tape import Tape, TapeError
+    from sopt.nn import init
     from sopt.nn.gradcheck import gradcheck
-    from sopt.parameter import Parameter
-    from sopt.slang_module import load_module
-    from sopt.tape import Tape, TapeError
-
-
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-    elif not name.startswith("__"):
-        try:   # any submodule, as an eager `import sopt` made sopt.device, sopt.tape, ... available
-            value = importlib.import_module(f"sopt.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"sopt.{name}":
-                raise
-            raise AttributeError(f"module 'sopt' has no attribute {name!r}") from None
-    else:
-        raise AttributeError(f"module 'sopt' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_NAMES, *_SUBMODULES})
+    from sopt.runtime.device import device_kind, get_device, synchronize
+    from sopt.autodiff.slang_module import load_module
+    from sopt.train.checkpoint import CheckpointError, load, save

@@ -13,7 +13,7 @@ CODE = """
 import pathlib, numpy as np, sopt
 here = pathlib.Path(sopt.__file__).resolve()
 print("installed-at", here)
-lib = sopt.device.slang_lib_path()
+lib = sopt.runtime.device.slang_lib_path()
 assert lib == here.parent / "slang_lib", lib
 p = sopt.Parameter(np.ones(5)); opt = sopt.optim.Adam([p], lr=0.5); p.set_grad(np.ones(5)); opt.step()
 assert np.allclose(p.numpy(), 0.5), p.numpy()
@@ -45,7 +45,7 @@ def test_installed_sopt_command_runs_a_problem_from_another_folder(tmp_path):
     kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and pathlib.Path(p).resolve() != REPO]
     if kept:
         env["PYTHONPATH"] = os.pathsep.join(kept)
-    where = subprocess.run([sys.executable, "-c", "import sopt.problems; print(sopt.problems.__file__)"],
+    where = subprocess.run([sys.executable, "-c", "import problems; print(problems.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True)
     if where.returncode != 0:
         pytest.skip("sopt (with its problems) is not pip-installed here (run `pip install .` to check packaging)")

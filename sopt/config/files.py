@@ -16,10 +16,10 @@ from typing import Any
 
 import tomli_w
 
-from sopt import atomic_write
-from sopt.regular_file import FileTooLargeError, NotRegularFileError, name_problem, read_bytes
+from sopt.utils import atomic_write
+from sopt.utils.regular_file import FileTooLargeError, NotRegularFileError, name_problem, read_bytes
 from sopt.config.schema import ConfigError, check_depth, parse_json, short
-from sopt.nesting import text_depth, value_depth
+from sopt.utils.nesting import text_depth, value_depth
 
 FORMATS = (".toml", ".json")
 
@@ -130,7 +130,7 @@ def dumps_toml(data: dict[str, Any]) -> str:
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """``text`` into ``path`` through a fresh temporary file in the same folder and a rename
-    (:func:`sopt.atomic_write.write_text`): a reader (or a crash) never sees half a file, the old file stays until
+    (:func:`sopt.utils.atomic_write.write_text`): a reader (or a crash) never sees half a file, the old file stays until
     the new one is whole, and a link at ``path`` is replaced rather than written through."""
     atomic_write.write_text(path, text)
 

@@ -19,7 +19,7 @@ import tomllib
 from typing import Any, Literal
 
 from sopt.config.schema import ConfigError, check_depth, depth_problem, short
-from sopt.nesting import text_depth, value_depth
+from sopt.utils.nesting import text_depth, value_depth
 
 MAX_OVERRIDE_CHARS = 128 * 1024   # the longest word Linux passes on a command line (MAX_ARG_STRLEN)
 SHOWN_CHARS = 100   # an error line shows at most this much of an override, a key or a value

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from sopt.nesting import text_depth
-from sopt.validation import float32_problem
+from sopt.utils.nesting import text_depth
+from sopt.utils.validation import float32_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -54,7 +54,7 @@ class ConfigError(ValueError):
 class StrictModel(BaseModel):
     """Base of every config model: unknown keys forbidden, strict types, finite floats, frozen values, and every
     float (also inside lists, tuples and dicts) 0 or a normal float32: the kernels read them as float32, where
-    ``learning_rate = 1e-50`` would be 0 and ``3.5e38`` Inf (:func:`sopt.validation.float32_problem`)."""
+    ``learning_rate = 1e-50`` would be 0 and ``3.5e38`` Inf (:func:`sopt.utils.validation.float32_problem`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True,
                               validate_default=True)

@@ -16,14 +16,13 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from sopt import atomic_write
-from sopt.validation import as_real_array, check_int
+from sopt.compat import pillow as compat_pillow
+from sopt.utils import atomic_write
+from sopt.utils.validation import as_real_array, check_int
 
 MAX_IMAGE_SIDE = 8192        # pixels of either side of an image file that is decoded
 DECODE_BYTES_PER_PIXEL = 48  # what decoding one pixel may take at its peak (16-bit RGBA twice, float32 copies)
 _EXPECTED = "expected a PNG/JPEG/... file"
-# 16-bit colour PNGs: (Pillow's raw mode, high bytes) -> the raw mode that unpacks the low bytes in their place
-_LOW_BYTES = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L"}
 
 
 class ImageRefused(ValueError):
@@ -36,7 +35,7 @@ def image_size_problem(width: int, height: int, memory: int | None = None) -> st
     if max(width, height) > MAX_IMAGE_SIDE:
         return f"is {width} x {height} pixels; at most {MAX_IMAGE_SIDE} pixels a side are decoded"
     if memory is None:
-        from sopt.device import host_memory_available
+        from sopt.runtime.device import host_memory_available
         memory = host_memory_available()
     need = width * height * DECODE_BYTES_PER_PIXEL
     if need > memory // 2:
@@ -60,7 +59,7 @@ def _open_checked(file: BinaryIO, name: str) -> Image.Image:
 def image_header_size(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(width, height) of the image file at ``path`` from its header alone (nothing decoded); ValueError naming
     the file when it is no regular file, not an image or too large to decode (:func:`image_size_problem`)."""
-    from sopt.regular_file import open_regular
+    from sopt.utils.regular_file import open_regular
 
     name = repr(str(path))
     try:
@@ -76,34 +75,12 @@ def image_header_size(path: str | os.PathLike[str]) -> tuple[int, int]:
     return size
 
 
-def _sixteen_bit_colour(file: BinaryIO, name: str, img: Image.Image) -> np.ndarray | None:
-    """(H, W, C) uint16 of a 16-bit colour PNG (RGB, RGBA, grey + alpha) that Pillow would cut to 8 bits, or None
-    for any other image."""
-    if len(img.tile) != 1 or img.tile[0][0] != "zip":
-        return None
-    rawmode = img.tile[0][3]
-    if rawmode == "LA;16B":   # 4 bytes a pixel: unpacked byte for byte as RGBA, both bytes of L and A at once
-        img.tile = [img.tile[0]._replace(args="RGBA")]
-        img.load()
-        raw = np.asarray(img).astype(np.uint16)
-        return np.stack([raw[..., 0] * 256 + raw[..., 1], raw[..., 2] * 256 + raw[..., 3]], axis=-1)
-    if rawmode not in _LOW_BYTES:
-        return None
-    img.load()
-    high = np.asarray(img).astype(np.uint16)
-    with _open_checked(file, name) as again:   # the same file decoded again for the low bytes
-        again.tile = [again.tile[0]._replace(args=_LOW_BYTES[rawmode])]
-        again.load()
-        low = np.asarray(again).astype(np.uint16)
-    return high * 256 + low
-
-
 def read_levels(path: str | os.PathLike[str]) -> np.ndarray:
     """The image at ``path`` as ``(H, W, C)`` float32 in [0, 1] at the file's own levels: C = 1 (grey), 2 (grey +
     alpha), 3 (RGB) or 4 (RGBA); a palette's colours (and its transparency) as RGB(A), 16-bit files divided by
     65535, 8-bit ones by 255. ValueError naming the file when it does not exist, is no regular file, is larger
     than :func:`image_size_problem` allows (found from its header, before decoding) or is not an image."""
-    from sopt.regular_file import file_problem, open_regular
+    from sopt.utils.regular_file import file_problem, open_regular
 
     name = repr(str(path))
     problem = file_problem(path)
@@ -113,7 +90,7 @@ def read_levels(path: str | os.PathLike[str]) -> np.ndarray:
         raise ValueError(f"image path {name} {'is not a file' if problem == 'is a folder' else problem}; {_EXPECTED}")
     try:
         with open_regular(path) as file, _open_checked(file, name) as img:
-            wide = _sixteen_bit_colour(file, name, img)
+            wide = compat_pillow.sixteen_bit_colour(img, lambda: _open_checked(file, name))
             if wide is not None:
                 return wide.astype(np.float32) / np.float32(65535.0)
             img.load()
@@ -181,7 +158,7 @@ def load_image(path: str | os.PathLike[str], max_side: int | None = None) -> np.
 
 def save_image(path: str | os.PathLike[str], image: np.ndarray) -> None:
     """Write an ``(H, W, 3)`` (or ``(H, W)``) float image in [0, 1] as an 8-bit PNG (values clipped), atomically
-    (:func:`sopt.atomic_write.write_image`: a link at ``path`` is replaced, not followed)."""
+    (:func:`sopt.utils.atomic_write.write_image`: a link at ``path`` is replaced, not followed)."""
     array = as_real_array(image, "image")
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[2] not in (1, 3, 4)):
         raise ValueError(f"image must have shape (H, W), (H, W, 3) or (H, W, 4), got {array.shape}")

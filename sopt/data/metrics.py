@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from sopt.validation import as_real_array, check_float
+from sopt.utils.validation import as_real_array, check_float
 
 
 def psnr(prediction: np.ndarray, target: np.ndarray, data_range: float = 1.0) -> float:

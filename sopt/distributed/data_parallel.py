@@ -2,7 +2,7 @@
 
 :func:`start` joins this process to the run's process group (``torch.distributed``, ``env://`` variables, see
 :mod:`sopt.distributed.environment`): on CUDA it first makes GPU ``LOCAL_RANK`` torch's current device, so sopt's
-device is created on that GPU, sharing torch's CUDA context (:mod:`sopt.device`), and gradients go through NCCL;
+device is created on that GPU, sharing torch's CUDA context (:mod:`sopt.runtime.device`), and gradients go through NCCL;
 on Vulkan (lavapipe included) through gloo on host memory. Control messages (stop requests, the loss of metrics
 steps, the run directory) go through a gloo group on both.
 
@@ -28,7 +28,7 @@ import datetime
 import os
 from typing import Any, Callable, TypeVar
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.distributed.environment import RankEnvironment, keep_multicast_off
 from sopt.distributed.gradient_all_reduce import GradientAllReduce
 from sopt.distributed.metrics_schedule import match_metrics_steps

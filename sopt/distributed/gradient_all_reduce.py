@@ -11,8 +11,8 @@ takes the same optimiser step on the same gradient, so the parameters stay ident
 
 Two paths, by device:
 
-- **CUDA** (NCCL): the device shares torch's CUDA context (:mod:`sopt.device`), so a zero-copy torch view
-  of the gradient block (through ``sopt.cuda_array.buffer_view``, on the GPU that holds it) goes straight to ``torch.distributed.all_reduce`` (AVG). sopt
+- **CUDA** (NCCL): the device shares torch's CUDA context (:mod:`sopt.runtime.device`), so a zero-copy torch view
+  of the gradient block (through ``sopt.runtime.cuda_array.buffer_view``, on the GPU that holds it) goes straight to ``torch.distributed.all_reduce`` (AVG). sopt
   submits on torch's current stream and NCCL waits for that stream, so the step's commands so far (forward,
   backward) are submitted, the all-reduce is queued behind them, and the optimiser step's commands, submitted
   next on the same stream, run after it: the host never waits for the GPU.
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.cuda_array import buffer_view
+from sopt.runtime import device as dev
+from sopt.runtime.cuda_array import buffer_view
 
 
 class GradientAllReduce:
@@ -62,7 +62,7 @@ class GradientAllReduce:
         if arena is None:
             raise ValueError(f"data-parallel training averages the gradients of a sopt optimiser's arena; "
                              f"{type(optimizer).__name__} has none")
-        # gradient terms a module left pending (a float16 hash grid's sums: sopt.grad_source) are not in the
+        # gradient terms a module left pending (a float16 hash grid's sums: sopt.autodiff.grad_source) are not in the
         # block yet: converted first, so that they are averaged too
         optimizer.flush_pending(tape.encoder)
         dev.submit(tape.encoder)

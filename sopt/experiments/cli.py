@@ -159,7 +159,7 @@ def cmd_run(argv: list[str]) -> int:
         dp = _start_data_parallel(rank, config)
         import sopt
         device = sopt.get_device()
-        # No background prefetch of the declared kernels' modules (sopt.kernel.prefetch_declared): SlangPy holds the
+        # No background prefetch of the declared kernels' modules (sopt.runtime.kernel.prefetch_declared): SlangPy holds the
         # GIL while it loads a module, opens the device or builds a call site (benchmarks/slangpy_gil.py), so a
         # loading thread only takes turns with this one, and "declared" is every kernel of every module imported
         # (the MLPs', every optimiser's and simulator's), most of which this problem never runs. Measured on the
@@ -220,7 +220,7 @@ def _train_replica(problem: Any, dp: Any, checkpoint: pathlib.Path | None) -> in
 
 
 def sopt_device_error() -> type[BaseException]:
-    from sopt.device import DeviceUnavailableError
+    from sopt.runtime.device import DeviceUnavailableError
     return DeviceUnavailableError
 
 
@@ -297,7 +297,7 @@ def cmd_resume(argv: list[str]) -> int:
 
 def cmd_problems(argv: list[str]) -> int:
     CommandParser(prog="sopt problems", description="List the problems sopt run knows: the built-in ones and those "
-                  "installed packages register (entry point group sopt.problems).").parse_args(argv)
+                  "installed packages register (entry point group problems).").parse_args(argv)
     from sopt.config.schema import ConfigError
     from sopt.experiments.problem import problem_class, problem_names
     names = problem_names()
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def problem_module_main(package: str) -> NoReturn:
-    """``python -m sopt.problems.NAME [CONFIG] [overrides...] [--out DIR]``: exactly ``sopt run --problem NAME ...``
+    """``python -m problems.NAME [CONFIG] [overrides...] [--out DIR]``: exactly ``sopt run --problem NAME ...``
     (NAME: the last part of ``package``, the problem's package; every problem's ``__main__`` calls this)."""
     sys.exit(main(["run", "--problem", package.rpartition(".")[2], *sys.argv[1:]]))
 

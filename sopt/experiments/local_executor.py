@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from sopt.atomic_write import open_append
+from sopt.utils.atomic_write import open_append
 from sopt.experiments.metric_curve import MetricCurve
 from sopt.experiments.prune import MedianStoppingRule, SuccessiveHalving
 from sopt.experiments.run_dir import ENV_FILE, read_json

@@ -13,7 +13,7 @@ import os
 import pathlib
 
 from sopt.experiments.run_dir import metrics_record
-from sopt.regular_file import open_regular
+from sopt.utils.regular_file import open_regular
 
 
 def worst_value(mode: str) -> float:

@@ -19,7 +19,7 @@ Parameter, what checkpoints save) and ``callbacks`` (the problem's own, e.g. an 
 ``log_every``, ``progress``, the metrics logger, the checkpoint and the stop-on-signal callbacks.
 
 :func:`problem_class` finds the class a config's ``problem`` names, three ways, each imported only when named (so
-``sopt run`` imports one problem): a built-in (:data:`BUILTIN_PROBLEMS`), an entry point of the ``sopt.problems``
+``sopt run`` imports one problem): a built-in (:data:`BUILTIN_PROBLEMS`), an entry point of the ``problems``
 group of an installed package (``my_problem = "my_package.problem:MyProblem"`` under
 ``[project.entry-points."sopt.problems"]`` in its pyproject.toml), or ``"module:Class"`` for a class in any module
 on the Python path. A config never runs code beyond importing the module it names.
@@ -39,21 +39,21 @@ from pydantic import ConfigDict, Field, model_validator
 
 from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, StrictModel, defaults, merge, validate
-from sopt.validation import float32_problem
+from sopt.utils.validation import float32_problem
 
 ENTRY_POINT_GROUP = "sopt.problems"
 
 # The built-in problems: name -> (module, class), like the entry points of an installed package; each module is
 # imported only when its problem is named, and its class's ``name`` must be the key (problem_class checks it).
 BUILTIN_PROBLEMS: dict[str, tuple[str, str]] = {
-    "neural_field_image": ("sopt.problems.neural_field_image.problem", "NeuralFieldImage"),
-    "fit_projectile": ("sopt.problems.fit_projectile.problem", "FitProjectile"),
-    "nbody_masses": ("sopt.problems.nbody_masses.problem", "NBodyMasses"),
-    "neural_controller": ("sopt.problems.neural_controller.problem", "NeuralControllerProblem"),
-    "fit_cloth": ("sopt.problems.fit_cloth.problem", "FitCloth"),
-    "heat_inverse": ("sopt.problems.heat_inverse.problem", "HeatInverse"),
-    "neural_radiance": ("sopt.problems.neural_radiance.problem", "NeuralRadiance"),
-    "neural_sdf": ("sopt.problems.neural_sdf.problem", "NeuralSDF"),
+    "neural_field_image": ("problems.neural_field_image.problem", "NeuralFieldImage"),
+    "fit_projectile": ("problems.fit_projectile.problem", "FitProjectile"),
+    "nbody_masses": ("problems.nbody_masses.problem", "NBodyMasses"),
+    "neural_controller": ("problems.neural_controller.problem", "NeuralControllerProblem"),
+    "fit_cloth": ("problems.fit_cloth.problem", "FitCloth"),
+    "heat_inverse": ("problems.heat_inverse.problem", "HeatInverse"),
+    "neural_radiance": ("problems.neural_radiance.problem", "NeuralRadiance"),
+    "neural_sdf": ("problems.neural_sdf.problem", "NeuralSDF"),
 }
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a problem's name: also a folder name under runs/

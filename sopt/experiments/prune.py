@@ -3,7 +3,7 @@
 Both rules look at every trial's :class:`~sopt.experiments.metric_curve.MetricCurve` (running, finished and
 already stopped ones alike) and answer, for one running trial, whether to stop it now and why. The curves are the
 sweep metric's logged values: the ones ``sopt sweep``'s best line and ``sopt report`` rank by (a multi-start fit's
-``loss`` is its best start's, sopt.problems.fitting.FittingProblem.result_loss).
+``loss`` is its best start's, problems.fitting.FittingProblem.result_loss).
 
 Median stopping rule (Golovin et al. 2017, "Google Vizier"): at a logged step ``s >= min_steps`` of trial T that
 at least ``min_others`` other trials have also reached, T is stopped when its best value up to ``s`` is worse than

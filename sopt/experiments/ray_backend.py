@@ -31,7 +31,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from sopt.atomic_write import open_append
+from sopt.utils.atomic_write import open_append
+from sopt.compat import ray as compat_ray
 from sopt.experiments.metric_curve import MetricCurve
 from sopt.experiments.sweep_dir import SweepDir, read_summary, start_action, trial_outcome
 
@@ -145,18 +146,8 @@ def init_ray(address: str | None, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, **quiet)
         return
-    try:   # Ray >= 2.4x turns a loopback _node_ip_address into the machine's routable address unless "clusters"
-        from ray._private import ray_constants     # are off, as on macOS and Windows: switched off for this call
-    except ImportError:
-        ray_constants = None
-    saved = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
-    if saved is not None:
-        ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
+    with compat_ray.clusters_off():   # else Ray turns a loopback _node_ip_address into a routable one
         ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOCALHOST, **quiet)
-    finally:
-        if saved is not None:
-            ray_constants.ENABLE_RAY_CLUSTER = saved
     where = sorted({node.get("NodeManagerAddress") for node in ray.nodes()} - {LOCALHOST})
     if where:
         ray.shutdown()

@@ -27,7 +27,7 @@ import shutil
 import sys
 from typing import Sequence
 
-from sopt import atomic_write
+from sopt.utils import atomic_write
 from sopt.experiments import report_table, tensorboard_export
 from sopt.experiments.report_table import ReportTable
 from sopt.experiments.run_dir import check_name

@@ -13,7 +13,7 @@ import pathlib
 import re
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from sopt import atomic_write
+from sopt.utils import atomic_write
 from sopt.experiments.run_records import RunRecord, format_key_value
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def plot_file_name(key: str) -> str:
 
 
 def save(figure: "Figure", path: pathlib.Path) -> pathlib.Path:
-    """Writes ``figure`` as a PNG (700 x 450 pixels), atomically (:func:`sopt.atomic_write.write_figure`: a link
+    """Writes ``figure`` as a PNG (700 x 450 pixels), atomically (:func:`sopt.utils.atomic_write.write_figure`: a link
     at ``path`` is replaced, not followed), and returns ``path``."""
     atomic_write.write_figure(path, figure, format="png")
     return path

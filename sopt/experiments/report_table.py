@@ -15,7 +15,7 @@ way. Where a run's final value differs from its curve's last one (a problem's ``
 a fitting problem's final loss is its loss at the fitted values, after the last optimiser step), the table shows
 both, headed ``<metric> (last logged)`` (the one that ranks) and ``<metric> (final)``. Both are the same quantity:
 a multi-start fit logs its best start's loss as ``loss``, as its final ``loss`` is
-(sopt.problems.fitting.FittingProblem.result_loss).
+(problems.fitting.FittingProblem.result_loss).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from typing import Any
 
 from sopt.config.files import write_atomic
 from sopt.config.schema import short
-from sopt.nesting import text_depth
-from sopt.regular_file import name_problem, read_bytes
+from sopt.utils.nesting import text_depth
+from sopt.utils.regular_file import name_problem, read_bytes
 
 CONFIG_FILE, OVERRIDES_FILE, METRICS_FILE, SUMMARY_FILE, ENV_FILE, CHECKPOINT_FILE, ERROR_FILE = (
     "config.toml", "overrides.txt", "metrics.jsonl", "summary.json", "env.json", "checkpoint.npz", "error.txt")

@@ -23,7 +23,7 @@ from typing import Any
 from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, short
 from sopt.experiments.run_dir import CONFIG_FILE, read_json, read_metrics, run_alive
-from sopt.regular_file import name_problem
+from sopt.utils.regular_file import name_problem
 
 # Files that make a folder a run directory or a sweep directory.
 RUN_MARKERS = ("summary.json", "config.toml")

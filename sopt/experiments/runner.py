@@ -37,7 +37,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Sequence
 
-from sopt import atomic_write
+from sopt.utils import atomic_write
 from sopt.config.files import dumps_toml, write_atomic
 from sopt.experiments.problem import Problem, ProblemConfig
 from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ERROR_FILE, MAX_RUN_JSON_BYTES,
@@ -45,7 +45,7 @@ from sopt.experiments.run_dir import (CHECKPOINT_FILE, CONFIG_FILE, ENV_FILE, ER
                                       RunLock, check_out_dir, check_writable, environment, input_changes, now_iso,
                                       read_json, read_metrics, read_summary, run_alive, write_inputs, write_json)
 from sopt.experiments.run_records import flatten
-from sopt.regular_file import read_bytes
+from sopt.utils.regular_file import read_bytes
 from sopt.train import Callback, Checkpoint, JSONLLogger, NonFiniteError, Trainer
 from sopt.train.stop_signals import handling_stop_signals
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from sopt.config.files import write_atomic
 from sopt.experiments.run_dir import SUMMARY_FILE, RunLock, read_json, run_alive
-from sopt.nesting import text_depth
-from sopt.regular_file import FileTooLargeError, NotRegularFileError, read_bytes
+from sopt.utils.nesting import text_depth
+from sopt.utils.regular_file import FileTooLargeError, NotRegularFileError, read_bytes
 
 STATUSES = ("pending", "running", "finished", "failed", "pruned", "interrupted")
 SWEEP_FILE = "sweep.json"

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Any
 
-from sopt import device
+from sopt.runtime import device
 
 
 @dataclasses.dataclass

@@ -1,12 +1,12 @@
 """sopt.losses: loss functions that reduce on the GPU and seed the backward pass (kernels in slang_lib/losses/);
 registered in the ``"loss"`` family of :mod:`sopt.config.registry` (otypes L2, L1, Huber, RelativeL2). Names load
-on first use (:mod:`sopt.lazy_exports`)."""
+on first use (:mod:`sopt.utils.lazy_exports`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sopt.lazy_exports import lazy_exports
+from sopt.utils.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "HuberConfig": "sopt.losses.regression", "HuberLoss": "sopt.losses.regression",

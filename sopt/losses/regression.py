@@ -18,12 +18,12 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import device as dev
-from sopt.kernel import Kernel
+from sopt.runtime import device as dev
+from sopt.runtime.kernel import Kernel
 from sopt.config.registry import ComponentConfig, register
 from sopt.losses.value import LossValue, ResultRing
-from sopt.tape import current_tape
-from sopt.validation import check_float
+from sopt.autodiff.tape import current_tape
+from sopt.utils.validation import check_float
 
 THREADS = 256        # regression.slang's THREADS
 MAX_GROUPS = 1024    # thread groups of one evaluation (each then loops over its share)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.device import get_device
+from sopt.runtime import device as dev
+from sopt.runtime.device import get_device
 
 SLOT_WORDS = 4   # regression.slang: [0] loss (float bits), [1] non-finite targets, [2] groups finished
 
@@ -16,7 +16,7 @@ class ResultRing:
 
     A slot is reused ``slots`` evaluations later, so a LossValue can be read until then without any
     allocation per evaluation. One more slot, after them, serves every evaluation recorded while
-    :mod:`sopt.cuda_graph` captures: a replayed evaluation writes where it was captured, so a LossValue of a
+    :mod:`sopt.runtime.cuda_graph` captures: a replayed evaluation writes where it was captured, so a LossValue of a
     captured step reads the latest replay's value.
     """
 

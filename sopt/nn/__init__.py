@@ -2,14 +2,14 @@
 (sopt/nn/module.py); kernels in slang_lib/nn/. Encodings (Frequency, HashGrid, Identity) and networks (MLP,
 FullyFusedMLP) are registered in the ``"encoding"`` / ``"network"`` families of :mod:`sopt.config.registry`.
 
-Names load on first use (:mod:`sopt.lazy_exports`): ``from sopt.nn.module import Module`` (the Trainer's) imports
+Names load on first use (:mod:`sopt.utils.lazy_exports`): ``from sopt.nn.module import Module`` (the Trainer's) imports
 no layer."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sopt.lazy_exports import lazy_exports
+from sopt.utils.lazy_exports import lazy_exports
 # names of their own module's name: imported here, as the module's first import makes sopt.nn.<name> the module
 from sopt.nn.gradcheck import gradcheck
 from sopt.nn.vjp import vjp
@@ -25,7 +25,7 @@ _EXPORTS = {
     "HashGridEncoding": "sopt.nn.hashgrid", "IdentityConfig": "sopt.nn.identity",
     "IdentityEncoding": "sopt.nn.identity", "Linear": "sopt.nn.linear", "MLP": "sopt.nn.mlp",
     "MLPConfig": "sopt.nn.mlp", "make_encoding": "sopt.nn.mlp", "Module": "sopt.nn.module",
-    "Sequential": "sopt.nn.sequential",
+    "Sequential": "sopt.nn.sequential", "init": "sopt.nn.init",
 }
 
 __all__ = sorted([*_EXPORTS, "gradcheck", "vjp"])

@@ -12,10 +12,10 @@ from typing import Any, ClassVar, Iterator, Literal
 import slangpy as spy
 
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.kernel import Function, launch
+from sopt.runtime.kernel import Function, launch
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
-from sopt.validation import check_float
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import check_float
 
 
 class Activation(Module):

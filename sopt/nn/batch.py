@@ -10,9 +10,9 @@ import numpy as np
 import slangpy as spy
 from slangpy.slangpy import Shape
 
-from sopt.device import get_device
-from sopt.kernel import dummy
-from sopt.tape import current_tape, new_tensor
+from sopt.runtime.device import get_device
+from sopt.runtime.kernel import dummy
+from sopt.autodiff.tape import current_tape, new_tensor
 
 MAX_ELEMENTS = 2**31 - 1   # SlangPy indexes tensors with 32-bit ints
 CACHED_SIZES = 4           # batch sizes a module keeps buffers for (least recently used dropped first)

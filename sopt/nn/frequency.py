@@ -10,10 +10,10 @@ from pydantic import Field
 from sopt.config.registry import ComponentConfig, register
 from sopt.config.schema import StrictModel
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.kernel import Function, launch
+from sopt.runtime.kernel import Function, launch
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
-from sopt.validation import check_int
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import check_int
 
 MAX_FREQUENCIES = 24   # at 2^23 pi x a float32 argument has no bits left below the period: sin/cos are noise
 

@@ -52,18 +52,18 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.config.registry import ComponentConfig, register
-from sopt.kernel import Kernel, dummy_buffer
+from sopt.runtime.kernel import Kernel, dummy_buffer
 from sopt.nn import flat_layers
 from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import (Activation, ActivationName, activation_key, activation_name, make_activation,
                                 slang_activation)
 from sopt.nn.mlp import initial_layer_weights
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
-from sopt.tape import current_tape, new_tensor
-from sopt.validation import check_bool, check_int
+from sopt.autodiff.parameter import Parameter
+from sopt.autodiff.tape import current_tape, new_tensor
+from sopt.utils.validation import check_bool, check_int
 
 NT = 128  # threads per group of every kernel in fully_fused_mlp.slang
 TS = 64  # samples per tile

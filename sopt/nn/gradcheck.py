@@ -20,7 +20,7 @@ import numpy as np
 
 from sopt.nn.module import Module
 from sopt.nn.vjp import forward_numpy, unique_parameters, vjp
-from sopt.validation import as_float32_array, check_float, check_int
+from sopt.utils.validation import as_float32_array, check_float, check_int
 
 
 @dataclass(frozen=True)
@@ -189,8 +189,8 @@ def gradcheck_objective(objective: Callable[..., Any], params: Any, eps: float =
     ``worst_by_parameter`` maps each Parameter's name to its worst relative error. Parameter values and
     gradients are restored afterwards. Waits for the GPU.
     """
-    from sopt.parameter import parameters_of
-    from sopt.tape import Tape, loss_scalar
+    from sopt.autodiff.parameter import parameters_of
+    from sopt.autodiff.tape import Tape, loss_scalar
     eps = check_float(eps, "eps", low=0.0, low_inclusive=False)
     atol = check_float(atol, "atol", low=0.0)
     rtol = check_float(rtol, "rtol", low=0.0)

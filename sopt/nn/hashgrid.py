@@ -10,17 +10,17 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import init
+from sopt.nn import init
 from sopt.config.registry import ComponentConfig, register
-from sopt.device import create_command_encoder, get_device, multiprocessor_count, submit
-from sopt import grad_max
+from sopt.runtime.device import create_command_encoder, get_device, multiprocessor_count, submit
+from sopt.autodiff import grad_max
 from sopt.nn.batch import BatchBuffers, as_batch, check_output, has_grad
-from sopt.kernel import Kernel, dummy_buffer
+from sopt.runtime.kernel import Kernel, dummy_buffer
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
-from sopt.grad_source import FixedSums, HalfSums
-from sopt.parameter import Parameter
-from sopt.validation import check_bool, check_float, check_int
+from sopt.autodiff.grad_source import FixedSums, HalfSums
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import check_bool, check_float, check_int
 
 MAX_DIMS = 4          # 2^D cell corners are unrolled per level
 MAX_LEVELS = 32
@@ -195,8 +195,8 @@ class HashGridEncoding(Module):
     term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
     In both modes pass 1 is skipped when the module that writes dL/dy raises M as it writes it (TensorCoreMLP:
-    sopt.grad_max), and the float16 sums of the last backward are left pending in the optimiser's arena, which
-    Adam's update converts as it reads the gradient (sopt.grad_source), so pass 3 is skipped too.
+    sopt.autodiff.grad_max), and the float16 sums of the last backward are left pending in the optimiser's arena, which
+    Adam's update converts as it reads the gradient (sopt.autodiff.grad_source), so pass 3 is skipped too.
 
     ``output_layout`` (attribute, tiny-cuda-nn's ``set_output_layout``): "row_major" (default) or "column_major",
     y[n, j] at ``j ld + n`` (sopt.nn.batch.column_major): one level per thread group, each warp storing 128
@@ -423,7 +423,7 @@ class HashGridEncoding(Module):
             kernel.dispatch(self._level_groups(n, self.n_levels - coarse), encoder)
 
     def _provide_max(self, dy_key: tuple[int, int], encoder: spy.CommandEncoder) -> tuple[spy.Buffer, int]:
-        """For the module about to write dL/dy (sopt.grad_max.claim): the M slot of this encoding's next backward,
+        """For the module about to write dL/dy (sopt.autodiff.grad_max.claim): the M slot of this encoding's next backward,
         which then skips pass 1. Pending float16 sums of an earlier backward are converted first (into
         ``encoder``): their conversion clears that slot."""
         self.table.flush_grad(encoder)
@@ -435,7 +435,7 @@ class HashGridEncoding(Module):
         """The backward of deterministic mode or float16 sums, recorded into ``encoder`` (arguments as
         :meth:`_dispatch_backward`'s): M = max |dL/dy| (pass 1), the coarse levels' sums (fixed point; float16 sums
         leave them to the float32 coarse kernel) and hashgrid_backward_kernel's (pass 2), then their conversion into
-        dL/dtable (pass 3). ``dy_key``: dL/dy's sopt.grad_max key (pass 1 is skipped where its writer raised M)."""
+        dL/dtable (pass 3). ``dy_key``: dL/dy's sopt.autodiff.grad_max key (pass 1 is skipped where its writer raised M)."""
         fixed, max_at = self._fixed_buffer(), self._max_at
         self._max_at ^= 4
         max_kernel, _ = self._fixed_kernels or self._bind_fixed_kernels(fixed)
@@ -460,7 +460,7 @@ class HashGridEncoding(Module):
         self._dispatch_backward(n, x_at, dy_at, dx_at, table, grad, coarse, encoder, max_at, shift_base)
         if self._sum_mode == SUM_HALF and self.table.accepts_pending:
             # pass 3 left to the optimiser's update, which folds the sums (or to whoever reads the gradient first,
-            # which flushes them: sopt.grad_source); the float32 gradient got only the coarse levels' rows
+            # which flushes them: sopt.autodiff.grad_source); the float32 gradient got only the coarse levels' rows
             self.table.note_grad_written(self.levels[coarse].offset * self.n_features if coarse else 0)
             self.table.leave_pending(HalfSums(fixed, max_at, shift_base, count,
                                               lambda enc: self._to_grad(max_at, shift_base, count, enc),

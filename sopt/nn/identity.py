@@ -9,10 +9,10 @@ from pydantic import Field
 
 from sopt.config.registry import ComponentConfig, register
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.kernel import Function, launch
+from sopt.runtime.kernel import Function, launch
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
-from sopt.validation import check_float, check_int
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import check_float, check_int
 
 
 class IdentityConfig(ComponentConfig):

@@ -8,14 +8,14 @@ from typing import Any, Iterator
 import numpy as np
 import slangpy as spy
 
-from sopt import init
+from sopt.nn import init
 from sopt.nn.activation import Activation, make_activation, slang_activation
 from sopt.nn.batch import BatchBuffers, as_batch, batch_grad, batch_in, check_output, has_grad
-from sopt.kernel import Function, dummy, launch
+from sopt.runtime.kernel import Function, dummy, launch
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
-from sopt.parameter import Parameter
-from sopt.validation import check_bool, check_int
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import check_bool, check_int
 
 _MODULE = "nn/linear"
 TILE = 4                # weight-gradient block per thread, TILE x TILE (linear.slang's TILE)
@@ -26,7 +26,7 @@ GROUP_THREADS = 256     # threads per group of the weight-gradient kernel (block
 def init_linear_(weight: Parameter, bias: Parameter | None, seed: int) -> None:
     """torch.nn.Linear's default initialisation of ``weight`` (out, in) and ``bias`` (out,), in place:
     W ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)), b ~ U(-1/sqrt(in), 1/sqrt(in)), from
-    independent streams derived from ``seed``. (Anything with sopt.init's ``shape`` and ``load`` will do:
+    independent streams derived from ``seed``. (Anything with sopt.nn.init's ``shape`` and ``load`` will do:
     sopt.nn.mlp.initial_layer_weights initialises host arrays with it.)"""
     init.kaiming_uniform_(weight, a=math.sqrt(5.0), seed=derive_seed(seed, 0))
     if bias is not None:

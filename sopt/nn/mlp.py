@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from sopt import init
+from sopt.nn import init
 from sopt.config.registry import ComponentConfig, build, register
 from sopt.config.schema import StrictModel
 from sopt.nn.activation import Activation, ActivationName, LeakyReLU, ReLU, Sine, activation_name, make_activation
@@ -18,7 +18,7 @@ from sopt.nn.linear import Linear, init_linear_
 from sopt.nn.module import Module
 from sopt.nn.seeding import derive_seed
 from sopt.nn.sequential import Sequential
-from sopt.validation import as_float32_array, check_bool, check_int
+from sopt.utils.validation import as_float32_array, check_bool, check_int
 
 # tiny-cuda-nn key -> constructor argument, per encoding
 _FREQUENCY_KEYS = {"n_frequencies": "n_freqs", "n_freqs": "n_freqs"}
@@ -161,7 +161,7 @@ class MLP(Sequential):
 
 
 class _HostArray:
-    """A host array standing in for a Parameter in sopt.init's initialisers (they use only ``shape`` and
+    """A host array standing in for a Parameter in sopt.nn.init's initialisers (they use only ``shape`` and
     ``load``): initial weights without GPU buffers."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:

@@ -37,12 +37,12 @@ import numpy as np
 import slangpy as spy
 
 from sopt.nn.batch import as_batch
-from sopt.parameter import Parameter
-from sopt.tape import current_tape
-from sopt.validation import as_float32_array, check_bool
+from sopt.autodiff.parameter import Parameter
+from sopt.autodiff.tape import current_tape
+from sopt.utils.validation import as_float32_array, check_bool
 
 if TYPE_CHECKING:
-    from sopt.tape import Tape
+    from sopt.autodiff.tape import Tape
 
 
 def _recorded(encoder: spy.CommandEncoder) -> None:

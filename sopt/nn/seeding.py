@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sopt.validation import check_int
+from sopt.utils.validation import check_int
 
 
 def derive_seed(seed: int, *path: int) -> int:

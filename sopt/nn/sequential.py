@@ -9,7 +9,7 @@ import slangpy as spy
 
 from sopt.nn.batch import CACHED_SIZES, as_batch, check_output, has_grad
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
+from sopt.autodiff.parameter import Parameter
 
 
 class Sequential(Module):

@@ -49,18 +49,18 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.config.registry import ComponentConfig, register
-from sopt.kernel import Kernel, dummy_buffer
-from sopt import grad_max
+from sopt.runtime.kernel import Kernel, dummy_buffer
+from sopt.autodiff import grad_max
 from sopt.nn import flat_layers
 from sopt.nn.flat_layers import flat_layout
 from sopt.nn.frequency import fused_frequencies
 from sopt.nn.activation import Activation, activation_key, activation_name, make_activation, slang_activation
 from sopt.nn.mlp import initial_layer_weights
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
-from sopt.validation import check_int
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import check_int
 
 NT = 128   # threads per group of every kernel in tensor_core_mlp.slang
 TS = 64   # samples per tile
@@ -219,7 +219,7 @@ class TensorCoreMLP(Module):
         acts = (_SLANG_ACT[self.activation], _SLANG_ACT[self.output_activation])
         self._forward = {save: _FORWARD.specialise(*sizes, *acts, save, self.n_frequencies) for save in (0, 1)}
         # dL/dx: none (0), into contiguous rows (1), at any strides (2), column-major (3); and its max |dL/dx|
-        # for the module before (sopt.grad_max)
+        # for the module before (sopt.autodiff.grad_max)
         self._deltas = {(dx, m): _DELTAS.specialise(*sizes, *acts, dx, m) for dx in (0, 1, 2, 3) for m in (0, 1)
                         if dx or not m}
         self._weight_grad = _WEIGHT_GRAD.specialise(*sizes)   # every layer in one dispatch (its y: the layer)

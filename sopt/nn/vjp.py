@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import slangpy as spy
 
-from sopt.device import get_device
+from sopt.runtime.device import get_device
 from sopt.nn.batch import write_batch
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
-from sopt.validation import as_float32_array
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import as_float32_array
 
 
 def unique_parameters(module: Module) -> list[tuple[str, Parameter]]:

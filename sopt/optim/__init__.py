@@ -2,13 +2,13 @@
 
 Each is registered in the ``"optimizer"`` family of :mod:`sopt.config.registry` with its config model
 (tiny-cuda-nn's keys: ``{"otype": "Adam", "learning_rate": ..., "beta1": ...}``). Names load on first use
-(:mod:`sopt.lazy_exports`): ``from sopt.optim import Adam`` imports no other optimiser."""
+(:mod:`sopt.utils.lazy_exports`): ``from sopt.optim import Adam`` imports no other optimiser."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sopt.lazy_exports import lazy_exports
+from sopt.utils.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "lr_scheduler": "sopt.optim.lr_scheduler", "Adagrad": "sopt.optim.adagrad", "AdagradConfig": "sopt.optim.adagrad",

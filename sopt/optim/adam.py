@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from sopt.config.registry import register
-from sopt.kernel import Kernel
+from sopt.runtime.kernel import Kernel
 from sopt.optim.hyperparameter import (MAXIMIZE, Hyperparameter, betas, config_model, epsilon, learning_rate,
                                        weight_decay)
 from sopt.optim.optimizer import Optimizer

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import slangpy as spy
 
-from sopt.device import create_command_encoder, get_device, invalidate_graphs, submit
-from sopt.parameter import Parameter
+from sopt.runtime.device import create_command_encoder, get_device, invalidate_graphs, submit
+from sopt.autodiff.parameter import Parameter
 
 VECTOR = 4  # elements per float4
 _MAX_ELEMENTS = 2**31 - 1  # SlangPy tensor indices are 32-bit
@@ -52,7 +52,7 @@ class ParameterArena:
         self.params: list[Parameter] = [p for group in groups for p in group]
         self.version = 0   # optimiser steps recorded on this arena (Parameter.version adds it)
         # whether modules may leave gradient terms pending on these Parameters (the optimiser folds them into its
-        # update: sopt.grad_source), and the Parameters that have some now
+        # update: sopt.autodiff.grad_source), and the Parameters that have some now
         self.accepts_pending = False
         self.pending: list[Parameter] = []
         self.offsets: list[int] = []

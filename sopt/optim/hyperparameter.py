@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field, create_model
 
 from sopt.config.registry import ComponentConfig
-from sopt.validation import check_bool, check_float, check_float32
+from sopt.utils.validation import check_bool, check_float, check_float32
 
 Value = float | bool | tuple[float, float]
 

@@ -4,7 +4,7 @@ Kernel: slang_lib/optim/lion.slang."""
 from __future__ import annotations
 
 from sopt.config.registry import register
-from sopt.kernel import Kernel
+from sopt.runtime.kernel import Kernel
 from sopt.optim.hyperparameter import betas, config_model, learning_rate, weight_decay
 from sopt.optim.optimizer import Optimizer
 

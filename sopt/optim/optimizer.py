@@ -51,13 +51,13 @@ from typing import Any, Callable, ClassVar, Iterable
 import numpy as np
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.kernel import Kernel
+from sopt.runtime import device as dev
+from sopt.runtime.kernel import Kernel
 from sopt.optim.arena import ParameterArena
 from sopt.optim.hyperparameter import Hyperparameter, signature
 from sopt.optim.param_groups import SCHEDULE_GROUP_KEYS, normalise_groups
 from sopt.optim.state_dict import StateDict
-from sopt.validation import check_bool, check_float, check_float32, check_int
+from sopt.utils.validation import check_bool, check_float, check_float32, check_int
 
 __all__ = ["Optimizer", "SCHEDULE_GROUP_KEYS"]
 
@@ -75,7 +75,7 @@ def _torch_link(params: list[Any]) -> Any:
     return module.link_for(params) if module is not None else None
 
 THREADS = 256          # threads per group of every optimiser kernel (slang_lib/optim/optimizer.slang)
-# a pending gradient source's kind (sopt.grad_source) -> the suffix of the update kernels that fold it
+# a pending gradient source's kind (sopt.autodiff.grad_source) -> the suffix of the update kernels that fold it
 FOLD_ENTRIES = {"half_sums": "_fold", "fixed_sums": "_fold_fixed"}
 MAX_GROUPS = 16        # parameter groups one dispatch handles
 STATS_GROUPS = 1024    # most thread groups of the statistics pass
@@ -137,7 +137,7 @@ class Optimizer(StateDict):
                                                # rule's `lazy` option (used when a group sets it: see step)
     has_fold_kernels: ClassVar[bool] = False   # "<update entry><FOLD_ENTRIES suffix>" beside each update kernel
                                                # reads its gradients through a pending source's fold (HalfSumsFold,
-                                               # FixedSumsFold: sopt.grad_source)
+                                               # FixedSumsFold: sopt.autodiff.grad_source)
     kernels: ClassVar[dict[str, Kernel]]   # every kernel of the class by role, from update_kernel (see _kernel)
     state_names: ClassVar[tuple[str, ...]]   # logical state slots, in the kernel's slot order
 
@@ -342,7 +342,7 @@ class Optimizer(StateDict):
         return self._hyper, parity * records.nbytes, records
 
     def hyper_inputs(self, steps: int, before_step: Callable[[int], None]) -> list[tuple[spy.Buffer, int, np.ndarray]]:
-        """The hyperparameter rows of the next ``steps`` steps replayed from a CUDA graph (sopt.cuda_graph), to be
+        """The hyperparameter rows of the next ``steps`` steps replayed from a CUDA graph (sopt.runtime.cuda_graph), to be
         uploaded before it launches: ``before_step(j)`` runs after step j's row is taken (a Trainer steps its
         scheduler there, as it does after a recorded step). Replayed steps keep the parity of the recorded ones, so
         step j reads row ``(attempts + 1 + j) % 2``."""
@@ -471,7 +471,7 @@ class Optimizer(StateDict):
     def _take_fold(self, check: int, encoder: spy.CommandEncoder) -> tuple[dict[str, Any] | None, str]:
         """The fold arguments of the one pending gradient source this step's update consumes (None: the plain
         update) and the suffix of the update kernels that fold its kind (FOLD_ENTRIES); every other pending source
-        is flushed into ``encoder`` first (sopt.grad_source): all of them when the update cannot fold (no fold
+        is flushed into ``encoder`` first (sopt.autodiff.grad_source): all of them when the update cannot fold (no fold
         kernels, or a pass before the update that reads the gradients)."""
         pending = self.arena.pending
         if not pending:
@@ -492,7 +492,7 @@ class Optimizer(StateDict):
         return source.fold_args(first_vec), FOLD_ENTRIES[source.kind]
 
     def flush_pending(self, encoder: spy.CommandEncoder | None = None) -> None:
-        """Add every pending gradient term into the arena's gradients (sopt.grad_source): recorded into
+        """Add every pending gradient term into the arena's gradients (sopt.autodiff.grad_source): recorded into
         ``encoder``, or submitted now."""
         for p in list(self.arena.pending):
             p.flush_grad(encoder)
@@ -564,7 +564,7 @@ class Optimizer(StateDict):
 
     def _device_attempts(self, ctl: np.ndarray) -> int:
         """step() calls so far as the GPU counted them (control words ``ctl``): the host's own count, ``_attempts``,
-        misses the steps replayed from a CUDA graph (sopt.cuda_graph), which keep its parity (an even number)."""
+        misses the steps replayed from a CUDA graph (sopt.runtime.cuda_graph), which keep its parity (an even number)."""
         return int(ctl[_CTL_ATTEMPTS + (self._attempts + 1) % 2])
 
     def poll_skipped(self) -> int:

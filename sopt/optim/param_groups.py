@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from sopt.parameter import Parameter, parameters_of
+from sopt.autodiff.parameter import Parameter, parameters_of
 
 # param-group keys learning-rate schedulers keep in the groups (LRScheduler's initial_lr, OneCycleLR's bounds):
 # saved with the groups and accepted by load_state_dict besides the optimiser's own options

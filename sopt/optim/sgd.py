@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import model_validator
 
 from sopt.config.registry import register
-from sopt.kernel import Kernel
+from sopt.runtime.kernel import Kernel
 from sopt.optim.hyperparameter import MAXIMIZE, Hyperparameter, config_model, learning_rate, weight_decay
 from sopt.optim.optimizer import Optimizer
 

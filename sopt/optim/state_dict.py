@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from sopt.optim.param_groups import SCHEDULE_GROUP_KEYS
-from sopt.validation import as_float32_array, check_bool, check_float, check_int
+from sopt.utils.validation import as_float32_array, check_bool, check_float, check_int
 
 
 class StateDict:

@@ -3,14 +3,14 @@
 Each is registered in the ``"simulator"`` family of :mod:`sopt.config.registry` with a config of its constant
 physical parameters and dt (the initial state and geometry are build arguments).
 
-Names load on first use (:mod:`sopt.lazy_exports`): ``from sopt.sim import Projectile`` imports no other
+Names load on first use (:mod:`sopt.utils.lazy_exports`): ``from sopt.sim import Projectile`` imports no other
 simulator."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sopt.lazy_exports import lazy_exports
+from sopt.utils.lazy_exports import lazy_exports
 # the names of sopt.sim.rollout's own module: imported here, as rollout's first import makes sopt.sim.rollout the module
 from sopt.sim.rollout import Plan, RolloutResult, plan, rollout
 

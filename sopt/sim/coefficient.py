@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import slangpy as spy
 
-from sopt.device import get_device
-from sopt.parameter import Parameter
-from sopt.validation import as_float32_array
+from sopt.runtime.device import get_device
+from sopt.autodiff.parameter import Parameter
+from sopt.utils.validation import as_float32_array
 
 
 class Coefficient:

@@ -7,17 +7,17 @@ from typing import Any, Literal
 import slangpy as spy
 from pydantic import Field
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.config.registry import ComponentConfig, register
-from sopt import tape as tp
-from sopt.kernel import Function, Kernel, dummy, dummy_buffer, launch
+from sopt.autodiff import tape as tp
+from sopt.runtime.kernel import Function, Kernel, dummy, dummy_buffer, launch
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.diffusion2d_grid_steps import Diffusion2DGridSteps
 from sopt.sim.grid2d import (BlockTiling, Grid2D, TemporalBlocking, coefficient_args, coefficient_grad_args,
                              grid_shape)
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
-from sopt.validation import check_int
+from sopt.utils.validation import check_int
 
 # dt may exceed the float64 bound by float32 rounding of the conductivity (a dt computed from the same numbers)
 _BOUND_RTOL = 1e-6

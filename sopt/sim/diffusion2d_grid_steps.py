@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import slangpy as spy
 
-from sopt import tape as tp
-from sopt.kernel import Kernel, dummy_buffer
+from sopt.autodiff import tape as tp
+from sopt.runtime.kernel import Kernel, dummy_buffer
 from sopt.sim.grid_barrier import SteppingDispatch, max_groups
 from sopt.sim.state import State
 

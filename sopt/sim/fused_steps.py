@@ -14,7 +14,7 @@ A simulator opts in with two things (examples/pendulum_chain):
   is the per-step SlangPy kernels' argument, so coefficients are bound one way for every launch.
 
 :meth:`Simulator.steps` then runs through this class (and ``fuses_steps()`` is True): the simulator's two entry
-points, specialised to T threads per group, are declared as :class:`sopt.kernel.Kernel` s and take one uniform
+points, specialised to T threads per group, are declared as :class:`sopt.runtime.kernel.Kernel` s and take one uniform
 ``call`` (physics, sizes, buffers). The state is P parts (the simulator's ``state_names``) of (N, D) arrays.
 
 Each call records, on the tape, one forward (copy the start state into row 0 of the saved trajectory, the
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import slangpy as spy
 
-from sopt import device as dev
-from sopt import tape as tp
-from sopt.kernel import Kernel, Source, dummy_buffer
+from sopt.runtime import device as dev
+from sopt.autodiff import tape as tp
+from sopt.runtime.kernel import Kernel, Source, dummy_buffer
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.grid_barrier import BarrierCounter, max_groups
 from sopt.sim.state import State

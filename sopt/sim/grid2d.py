@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import slangpy as spy
 
-from sopt.kernel import dummy
-from sopt.parameter import Parameter
+from sopt.runtime.kernel import dummy
+from sopt.autodiff.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
-from sopt.validation import as_real_array, check_choice, check_float, check_int
+from sopt.utils.validation import as_real_array, check_choice, check_float, check_int
 
 BOUNDARIES = ("dirichlet", "insulated")
 

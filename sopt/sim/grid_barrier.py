@@ -7,7 +7,7 @@ software driver may run groups one after another, and the first would wait forev
 when a dispatch starts: :meth:`BarrierCounter.reset` records that before each dispatch of more than one group.
 
 The stepping kernels are generic ``[shader("compute")]`` entry points of their Slang files (``[numthreads(T, 1,
-1)]`` with T a generic argument), declared as :class:`sopt.kernel.Kernel` s and specialised by their generic
+1)]`` with T a generic argument), declared as :class:`sopt.runtime.kernel.Kernel` s and specialised by their generic
 arguments: ``Kernel("sim/diffusion2d_grid_steps", "diffusion2d_grid_forward_kernel").specialise(512, 8)``.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.kernel import Kernel, dummy_buffer
+from sopt.runtime import device as dev
+from sopt.runtime.kernel import Kernel, dummy_buffer
 
 
 def max_groups() -> int | None:
@@ -48,7 +48,7 @@ class SteppingDispatch:
     ``uniform SpringSteps call``), whose members are the struct ``struct`` of scalars (the fields ``fields``, among
     them ``groups``), the counter as the ``RWStructuredBuffer<uint>`` named ``barrier``, ``constant`` bindings (set
     once) and the per-dispatch buffers ``buffers`` (those a dispatch leaves out bound to a dummy buffer). A dispatch
-    writes only the members that changed (:meth:`sopt.device.BoundKernel.set_members`)."""
+    writes only the members that changed (:meth:`sopt.runtime.device.BoundKernel.set_members`)."""
 
     def __init__(self, struct: str, fields: tuple[str, ...], barrier: str, param: str, buffers: tuple[str, ...],
                  **constant: Any) -> None:

@@ -8,14 +8,14 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import tape as tp
+from sopt.autodiff import tape as tp
 from sopt.config.registry import ComponentConfig, register
-from sopt.device import get_device
-from sopt.kernel import Function, launch
-from sopt.parameter import Parameter
+from sopt.runtime.device import get_device
+from sopt.runtime.kernel import Function, launch
+from sopt.autodiff.parameter import Parameter
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
-from sopt.validation import as_float32_array
+from sopt.utils.validation import as_float32_array
 
 G_SI = 6.674e-11
 """The gravitational constant in m^3 kg^-1 s^-2 (CODATA 2018: 6.67430e-11)."""

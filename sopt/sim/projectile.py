@@ -9,15 +9,15 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import tape as tp
+from sopt.autodiff import tape as tp
 from sopt.config.registry import ComponentConfig, register
-from sopt.device import get_device
-from sopt.kernel import Function, launch
-from sopt.parameter import Parameter
+from sopt.runtime.device import get_device
+from sopt.runtime.kernel import Function, launch
+from sopt.autodiff.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
-from sopt.validation import as_float32_array, check_float, check_int
+from sopt.utils.validation import as_float32_array, check_float, check_int
 
 UP = 1                   # the "up" axis (y)
 STANDARD_GRAVITY = 9.81  # m/s^2

@@ -31,11 +31,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import slangpy as spy
 
-from sopt import tape as tp
-from sopt.kernel import Function, launch
+from sopt.autodiff import tape as tp
+from sopt.runtime.kernel import Function, launch
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
-from sopt.validation import check_bool, check_int
+from sopt.utils.validation import check_bool, check_int
 
 StepFn = Callable[[State, int], State]
 
@@ -288,7 +288,7 @@ class _Rollout:
 
     # -- eager: no tape -------------------------------------------------------------------------------------------
     def run_eager(self) -> RolloutResult:
-        from sopt import device as dev
+        from sopt.runtime import device as dev
         state, t = self.state0, 0
         while True:
             if t in self.observed:

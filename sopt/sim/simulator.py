@@ -15,7 +15,7 @@ and the initial state is a :class:`~sopt.sim.Coefficient`: a constant, or a Para
 
 Subclasses set ``state_names``, build their Coefficients in ``__init__`` (``self._coefficient(...)`` for
 physical ones, ``self._initial(...)`` for initial-state arrays) and implement :meth:`step` with
-:func:`sopt.tape.record` (a forward kernel and its adjoint; see slang_lib/sim/). A subclass whose physics file
+:func:`sopt.autodiff.tape.record` (a forward kernel and its adjoint; see slang_lib/sim/). A subclass whose physics file
 implements sim/fused_steps.slang's ``IElementStep`` (and declares the driver's two entry points for it) sets
 ``physics_source`` and :meth:`physics_argument`, and
 :meth:`steps` runs fused through :class:`sopt.sim.FusedSteps` (docs/new_simulator.md).
@@ -29,12 +29,12 @@ from typing import Any, ClassVar, Iterator
 import numpy as np
 import slangpy as spy
 
-from sopt import tape as tp
-from sopt.parameter import Parameter
+from sopt.autodiff import tape as tp
+from sopt.autodiff.parameter import Parameter
 from sopt.sim.coefficient import Coefficient
 from sopt.sim.fused_steps import FusedSteps
 from sopt.sim.state import State
-from sopt.validation import check_float, check_int
+from sopt.utils.validation import check_float, check_int
 
 
 def _shortest(value: float) -> float:

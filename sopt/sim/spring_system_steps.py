@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import slangpy as spy
 
-from sopt import device as dev
-from sopt import tape as tp
-from sopt.kernel import Kernel, dummy
+from sopt.runtime import device as dev
+from sopt.autodiff import tape as tp
+from sopt.runtime.kernel import Kernel, dummy
 from sopt.sim.grid_barrier import SteppingDispatch, max_groups
 from sopt.sim.state import State
 

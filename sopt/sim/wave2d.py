@@ -9,9 +9,9 @@ import numpy as np
 import slangpy as spy
 from pydantic import Field
 
-from sopt import tape as tp
+from sopt.autodiff import tape as tp
 from sopt.config.registry import ComponentConfig, register
-from sopt.kernel import Function, dummy, launch
+from sopt.runtime.kernel import Function, dummy, launch
 from sopt.sim.grid2d import Grid2D, coefficient_args, coefficient_grad_args, grid_shape
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State

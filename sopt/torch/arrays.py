@@ -1,7 +1,7 @@
 """Copies between torch tensors and sopt's float32 arrays (``slangpy.Tensor``), by placement mode.
 
 On a shared CUDA context a sopt array is read and written through its zero-copy torch view
-(:func:`sopt.cuda_array.tensor_view`), with torch's device-to-device copies on torch's current stream; on Vulkan through host
+(:func:`sopt.runtime.cuda_array.tensor_view`), with torch's device-to-device copies on torch's current stream; on Vulkan through host
 memory (numpy). Every function takes arrays already checked by :func:`sopt.torch.placement.check_tensor`.
 """
 
@@ -11,9 +11,9 @@ import numpy as np
 import slangpy as spy
 import torch
 
-from sopt import device as dev
-from sopt import tape as tp
-from sopt.cuda_array import tensor_view
+from sopt.runtime import device as dev
+from sopt.autodiff import tape as tp
+from sopt.runtime.cuda_array import tensor_view
 from sopt.torch import placement
 
 _MAX_VIEWS = 4096

@@ -48,9 +48,10 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from sopt import tape as tp
+from sopt.autodiff import tape as tp
+from sopt.compat import torch as compat_torch
 from sopt.nn.module import Module
-from sopt.parameter import Parameter
+from sopt.autodiff.parameter import Parameter
 from sopt.torch import arrays, placement
 from sopt.torch.parameter_views import ParameterView, WindowCache, parameter_views
 from sopt.torch.session import Session
@@ -215,10 +216,10 @@ class TorchModule(torch.nn.Module):
         grads_none = grads_ours = True
         for i, k in enumerate(mirror.keys):
             t = params[k]
-            if not wants[2 + k] or t._backward_hooks or t._post_accumulate_grad_hooks:
+            if not wants[2 + k] or compat_torch.has_gradient_hooks(t):
                 return COPY
             try:
-                if not torch._C._will_engine_execute_node(edges[1 + k][0]):   # tensor inputs only: x, params
+                if not compat_torch.engine_will_execute(edges[1 + k][0]):   # tensor inputs only: x, params
                     return COPY
             except RuntimeError:   # torch.autograd.grad(): the gradient is returned, not accumulated
                 return COPY

@@ -27,8 +27,8 @@ import numpy as np
 import slangpy as spy
 import torch
 
-from sopt import tape as tp
-from sopt.parameter import Parameter
+from sopt.autodiff import tape as tp
+from sopt.autodiff.parameter import Parameter
 from sopt.torch import placement
 from sopt.torch.parameter_views import ParameterView, WindowCache, _contiguous
 from sopt.torch.registry import module_parameter

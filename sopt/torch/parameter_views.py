@@ -17,7 +17,7 @@ import numpy as np
 import slangpy as spy
 import torch
 
-from sopt.parameter import Parameter
+from sopt.autodiff.parameter import Parameter
 from sopt.torch import arrays
 
 

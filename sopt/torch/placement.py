@@ -3,7 +3,7 @@
 Two pairings work:
 
 - **shared** (sopt on CUDA, made after ``import torch``, so it shares torch's context; see
-  ``sopt.device.torch_device_index``): CUDA tensors of that device pass without a host copy (a device-to-device
+  ``sopt.runtime.device.torch_device_index``): CUDA tensors of that device pass without a host copy (a device-to-device
   copy into sopt's arrays at most) and sopt's work runs on torch's current stream;
 - **copy** (sopt on Vulkan, e.g. lavapipe in CI; torch on the CPU): every tensor crosses through host memory.
   The first time, a warning says so and what it costs.
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 
 SHARED, COPY = "shared", "copy"
 _warned: set[str] = set()

@@ -26,13 +26,13 @@ import slangpy as spy
 import torch
 from torch.autograd.function import once_differentiable
 
-from sopt import tape as tp
+from sopt.autodiff import tape as tp
 from sopt.sim.rollout import rollout as sopt_rollout
 from sopt.sim.simulator import Simulator
 from sopt.sim.state import State
 from sopt.torch import arrays, placement
 from sopt.torch.session import Session
-from sopt.validation import check_int
+from sopt.utils.validation import check_int
 
 
 class RolloutOutput(NamedTuple):

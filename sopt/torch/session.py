@@ -15,8 +15,8 @@ from typing import Any, Iterator
 
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.tape import Tape
+from sopt.runtime import device as dev
+from sopt.autodiff.tape import Tape
 
 _free: list[Tape] = []
 

@@ -7,7 +7,7 @@
     y = wave.wave(p, x)                                # x a torch tensor too: y is a torch tensor
     torch.nn.functional.mse_loss(y, target).backward() # SlangPy's .bwds -> p.grad
 
-Any call of a :class:`sopt.slang_module.SlangFunction` with a torch tensor among its arguments comes here. The
+Any call of a :class:`sopt.autodiff.slang_module.SlangFunction` with a torch tensor among its arguments comes here. The
 tensors become sopt arrays (with a gradient buffer where torch wants one), the call is recorded on a sopt tape
 exactly as a sopt call (so the same checks and error messages: an unbindable argument, a result that is no
 float/floatN/floatRxC, ``_result=``), and the result comes back as a new torch tensor; torch's backward runs the
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-from sopt import tape as tp
+from sopt.autodiff import tape as tp
 from sopt.torch import arrays, placement
 from sopt.torch.session import Session
 

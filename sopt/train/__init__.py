@@ -1,12 +1,12 @@
 """Training loops on the GPU: a Trainer recording each step into one command buffer, a GPU batch sampler,
 and callbacks (evaluation, JSONL metrics, early stopping, atomic checkpoints). Names load on first use
-(:mod:`sopt.lazy_exports`)."""
+(:mod:`sopt.utils.lazy_exports`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sopt.lazy_exports import lazy_exports
+from sopt.utils.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "Batch": "sopt.train.batch_sampler", "BatchSampler": "sopt.train.batch_sampler", "Callback": "sopt.train.callback",

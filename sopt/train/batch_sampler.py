@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.kernel import Kernel
-from sopt.validation import as_float32_array, check_int
+from sopt.runtime import device as dev
+from sopt.runtime.kernel import Kernel
+from sopt.utils.validation import as_float32_array, check_int
 
 _THREADS = 256
 _MAX_GROUPS = 65535          # per-dimension dispatch limit (Vulkan minimum, also CUDA's y/z limit)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sopt.validation import check_int
+from sopt.utils.validation import check_int
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer, TrainResult

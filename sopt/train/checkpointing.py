@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sopt import checkpoint
-from sopt.parameter import parameters_of
+from sopt.train import checkpoint
+from sopt.autodiff.parameter import parameters_of
 from sopt.train.callback import Callback
-from sopt.validation import check_path
+from sopt.utils.validation import check_path
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer

@@ -6,7 +6,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from sopt.train.callback import Callback
-from sopt.validation import check_choice, check_float
+from sopt.utils.validation import check_choice, check_float
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer, TrainResult

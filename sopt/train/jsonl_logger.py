@@ -8,9 +8,9 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any
 
-from sopt import atomic_write
+from sopt.utils import atomic_write
 from sopt.train.callback import Callback
-from sopt.validation import check_bool, check_path
+from sopt.utils.validation import check_bool, check_path
 
 if TYPE_CHECKING:
     from sopt.train.trainer import Trainer, TrainResult
@@ -30,7 +30,7 @@ class JSONLLogger(Callback):
     Each line is written and flushed as it comes, so the file is complete up to the last metrics step even if
     the process dies. ``append=False`` starts a new file at ``fit`` (atomically: a link at ``path`` is replaced,
     not followed); True continues one (for resumed runs). A line is never appended through a symbolic link: one
-    planted at ``path`` meanwhile is an OSError naming the file (:func:`sopt.atomic_write.append_text`).
+    planted at ``path`` meanwhile is an OSError naming the file (:func:`sopt.utils.atomic_write.append_text`).
     """
 
     order = 80

@@ -2,7 +2,7 @@
 
 A first run on the software driver can spend minutes of its first steps compiling; a bar that averaged those in
 would promise hours. :class:`TrainingRate` counts only the steps during which no kernel was used for the first
-time (``sopt.device.compile_seconds`` did not move) and no newly compiled kernel ran for the first time, and
+time (``sopt.runtime.device.compile_seconds`` did not move) and no newly compiled kernel ran for the first time, and
 :class:`TrainingBar` shows that rate and the ETA it gives (``?`` until such a step was timed), while its elapsed
 time stays the wall-clock time.
 
@@ -19,8 +19,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
-from sopt import device
-from sopt.lazy_exports import lazy_exports
+from sopt.runtime import device
+from sopt.utils.lazy_exports import lazy_exports
 
 _EXPORTS = {"TrainingBar": "sopt.train.progress_bar"}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -59,7 +59,7 @@ class TrainingRate:
     :meth:`tick`; an interval between two ticks in which ``compile_clock`` moved is left out entirely, its steps
     and its time (such a step's other first-use costs, allocations and call setup, are no training rate either),
     and so is every later one up to and including the first in which the host waited for the GPU: a driver may
-    finish compiling a kernel only when it first runs (lavapipe does; :func:`sopt.device.compiling` has that
+    finish compiling a kernel only when it first runs (lavapipe does; :func:`sopt.runtime.device.compiling` has that
     happen inside the compile for sopt's kernels), and the host sees such time only when it waits.
     """
 

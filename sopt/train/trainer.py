@@ -38,14 +38,16 @@ from typing import Any, Iterable
 import numpy as np
 import slangpy as spy
 
-from sopt import checkpoint, cuda_graph, device
+from sopt.train import checkpoint
+from sopt.runtime import cuda_graph
+from sopt.runtime import device
 from sopt.nn.module import Module
-from sopt.parameter import parameters_of
-from sopt.tape import Tape, loss_scalar
+from sopt.autodiff.parameter import parameters_of
+from sopt.autodiff.tape import Tape, loss_scalar
 from sopt.train.callback import Callback
 from sopt.train.checkpointing import Checkpoint
 from sopt.train.progress import TrainingRate, training_bar
-from sopt.validation import check_bool, check_int
+from sopt.utils.validation import check_bool, check_int
 
 
 class NonFiniteError(FloatingPointError):
@@ -185,7 +187,7 @@ class Trainer:
             None: it splits the sampler's batch over the processes now, averages the gradients between the
             backward and the optimiser step, makes a stop from outside happen after the same step everywhere,
             and logs the loss averaged over the processes.
-        cuda_graph: on the CUDA device, capture the training step into a CUDA graph (:mod:`sopt.cuda_graph`)
+        cuda_graph: on the CUDA device, capture the training step into a CUDA graph (:mod:`sopt.runtime.cuda_graph`)
             once and replay it between metrics steps, two steps per launch: the host then costs one launch per
             two steps instead of ~10 dispatches per step, which is what limits small batches. The first five
             steps of a run record as usual (the capture checks that two steps repeat); a step that cannot be
@@ -252,11 +254,11 @@ class Trainer:
         self._last_finite: tuple[int, float] | None = None
         self.data_parallel = data_parallel
         self.cuda_graph = cuda_graph
-        self._graph: Any = None        # the captured period (sopt.cuda_graph.CudaGraph), made by train_steps
+        self._graph: Any = None        # the captured period (sopt.runtime.cuda_graph.CudaGraph), made by train_steps
         self._graph_loss: Any = None   # the loss value of its last step (reads the latest replay's loss)
         self._recorded = 0             # train_step calls so far (the capture waits for the first one's one-off work)
         self._graph_phase: tuple[int, ...] = ()   # _phase() at the capture: replays need the same (train_steps)
-        self._recorded_in = -1         # the graph generation (sopt.device) the last recorded step completed in
+        self._recorded_in = -1         # the graph generation (sopt.runtime.device) the last recorded step completed in
         if data_parallel is not None:
             data_parallel.split(self)
 
@@ -510,7 +512,7 @@ class Trainer:
         and continue from its step; returns the checkpoint's ``extra`` (``step``, ``metrics``).
 
         A checkpoint whose ``extra`` lacks a count of completed steps (an int >= 0; at most ``steps``, the run's
-        total, when given) raises :class:`~sopt.checkpoint.CheckpointError` with nothing changed, as any other
+        total, when given) raises :class:`~sopt.train.checkpoint.CheckpointError` with nothing changed, as any other
         bad checkpoint does.
         """
         if steps is not None:

@@ -13,7 +13,7 @@ import slangpy as spy
 
 from benchmarks import neural_field as nf
 from benchmarks.tcnn import runner
-from sopt.device import get_device
+from sopt.runtime.device import get_device
 from sopt.nn import FrequencyEncoding, HashGridEncoding
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the twins need it")

@@ -14,7 +14,7 @@ import pytest
 
 from sopt.config.files import dumps_toml, read_config, without_none, write_atomic, write_toml
 from sopt.config.schema import ConfigError, defaults, validate
-from sopt.problems import PROBLEMS, problem_class
+from problems import PROBLEMS, problem_class
 
 
 def one_line(info: pytest.ExceptionInfo) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from sopt.config.overrides import REMOVED, Override, apply_override, apply_overrides, parse_override, parse_value
 from sopt.config.schema import ConfigError, complete, defaults, merge, validate
-from sopt.problems.fit_projectile import ProjectileConfig
+from problems.fit_projectile import ProjectileConfig
 
 
 def one_line(info: pytest.ExceptionInfo) -> str:

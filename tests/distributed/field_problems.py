@@ -9,8 +9,8 @@ import os
 import signal
 from typing import Any
 
-from sopt.problems.neural_field_image.config import NeuralFieldImageConfig
-from sopt.problems.neural_field_image.problem import NeuralFieldImage
+from problems.neural_field_image.config import NeuralFieldImageConfig
+from problems.neural_field_image.problem import NeuralFieldImage
 from sopt.train import Callback
 
 STOP_AT = "FIELD_STOP_AT"   # metrics step on which rank 0 sends SIGTERM to its launcher

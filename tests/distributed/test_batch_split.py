@@ -53,8 +53,8 @@ def test_a_batch_that_does_not_split_evenly_is_refused_and_nothing_changes() -> 
 
 def test_check_splittable_names_the_problem_or_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
-    from sopt.problems.fit_projectile.problem import FitProjectile
-    from sopt.problems.neural_field_image.problem import NeuralFieldImage
+    from problems.fit_projectile.problem import FitProjectile
+    from problems.neural_field_image.problem import NeuralFieldImage
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)   # torch not installed
     with pytest.raises(ValueError, match=r"^--nproc 4 needs PyTorch \(torch.distributed carries the gradients\): "
                                          r"pip install 'sopt\[distributed\]'$"):

@@ -7,12 +7,12 @@ import pytest
 
 
 def test_gradient_all_reduce_averages_pending_float16_sums(monkeypatch) -> None:
-    # a float16 hash grid leaves its table's sums pending for Adam to fold (sopt.grad_source); the all-reduce
+    # a float16 hash grid leaves its table's sums pending for Adam to fold (sopt.autodiff.grad_source); the all-reduce
     # must average them too: it converts them into the arena's gradient block before reading it
     pytest.importorskip("torch")
     from types import SimpleNamespace
 
-    from sopt import device as dev
+    from sopt.runtime import device as dev
     from sopt.distributed.gradient_all_reduce import GradientAllReduce
     from sopt.nn import HashGridEncoding
     from sopt.optim import Adam

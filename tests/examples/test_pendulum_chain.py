@@ -157,10 +157,10 @@ def test_fused_steps_match_single_steps(links: int, layout: tuple[int, int] | No
         sim.fused_steps.layout = layout
     target = np.random.default_rng(1).normal(0.0, 0.1, (links, 2)).astype(np.float32)
     x1, v1, g1 = _run(sim, [k, c, g], None, 30, target)
-    before = sopt.device.dispatch_count()
+    before = sopt.runtime.device.dispatch_count()
     x2, v2, g2 = _run(sim, [k, c, g], [12, 18], 30, target)
     # initial state, 2 x (forward + backward + 2 state-gradient adds), the loss and its backward
-    assert sopt.device.dispatch_count() - before <= 14
+    assert sopt.runtime.device.dispatch_count() - before <= 14
     np.testing.assert_allclose(x2, x1, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(v2, v1, rtol=1e-6, atol=1e-6)
     assert np.all(np.abs(g1) > 0)

@@ -8,7 +8,7 @@ import pathlib
 
 from pydantic import Field
 
-from sopt.problems.fit_projectile.problem import FitProjectile, ProjectileConfig
+from problems.fit_projectile.problem import FitProjectile, ProjectileConfig
 
 
 class DataBallConfig(ProjectileConfig, problem="data_ball"):

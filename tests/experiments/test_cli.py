@@ -29,7 +29,7 @@ import pytest
 import sopt
 from sopt.config.schema import ConfigError
 from sopt.experiments.cli import load_run_config, main
-from sopt.problems import PROBLEMS, problem_class
+from problems import PROBLEMS, problem_class
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # fit_projectile in a 2 s scene (200 simulation steps) that bounces once, one start, 10 observations: every parameter
@@ -580,11 +580,11 @@ def test_sigterm_checkpoints_and_exits_0_and_resume_ends_where_an_uninterrupted_
 
 # -- kill -9 inside a checkpoint write ------------------------------------------------------------------------------
 # The second checkpoint save (step 20) writes half its bytes into its temporary file, then the process kills itself
-# with SIGKILL: what a kill -9 at the worst moment leaves. (Every file goes through sopt.atomic_write: its os.fdopen
+# with SIGKILL: what a kill -9 at the worst moment leaves. (Every file goes through sopt.utils.atomic_write: its os.fdopen
 # is replaced, and the temporary file's name tells a checkpoint's from the others'.)
 KILLED_IN_SAVE = r"""
 import os, signal, sys, types
-import sopt.atomic_write as atomic_write
+import sopt.utils.atomic_write as atomic_write
 
 saves = 0
 
@@ -609,7 +609,7 @@ def fdopen(fd, *args, **kwargs):
     saves += 1
     return f if saves < 2 else DyingFile(f)
 
-class Os(types.ModuleType):   # sopt.atomic_write's os, with fdopen replaced
+class Os(types.ModuleType):   # sopt.utils.atomic_write's os, with fdopen replaced
     def __getattr__(self, name):
         return getattr(os, name)
 

@@ -1,7 +1,7 @@
 """Malformed problem configs through ``sopt run`` (in this process): values that only a problem's physics, sizes or
 files rule out are one ``error: config KEY ...`` line naming the dotted key, exit status 2, before the device is
 reported, within seconds, and nothing written. Each case passed the schema before, then crashed, hung, allocated
-for minutes, ran, or was refused later naming something else than the key (see sopt.problems.limits)."""
+for minutes, ran, or was refused later naming something else than the key (see problems.limits)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-import sopt.problems.limits as limits
+import problems.limits as limits
 from tests.experiments.test_cli import _prepare, listing, sopt_main
 
 FIFO = "a FIFO"   # a file the test makes with os.mkfifo (reading it would block)

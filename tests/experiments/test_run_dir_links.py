@@ -1,6 +1,6 @@
 """A run directory is the user's, not an attacker's: no file sopt writes follows a symbolic link planted there.
 
-Every whole-file write goes through :mod:`sopt.atomic_write` (a fresh mkstemp temporary file, fsync, os.replace:
+Every whole-file write goes through :mod:`sopt.utils.atomic_write` (a fresh mkstemp temporary file, fsync, os.replace:
 a link at the name is replaced, a link at a temporary name is never opened) and metrics.jsonl is appended with
 O_NOFOLLOW. Here: the writer's own cases (a link at the target, links at predictable temporary names, a failure
 mid-write), the callers that wrote directly (pictures, report plots, the metrics log), and ``sopt resume`` and
@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from sopt import atomic_write
+from sopt.utils import atomic_write
 from sopt.config.files import write_atomic
 from sopt.data.image import save_image
 from sopt.train import Callback, JSONLLogger

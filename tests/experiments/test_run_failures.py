@@ -27,10 +27,10 @@ import pytest
 import tomli_w
 
 import sopt
-from sopt import atomic_write
+from sopt.utils import atomic_write
 from sopt.config import files
 from sopt.experiments import run_dir as rd
-from sopt.problems import problem_class
+from problems import problem_class
 from sopt.train import JSONLLogger, Trainer
 from tests.experiments.test_cli import RUN, ROOT, TIMING, records, sopt_main, summary
 

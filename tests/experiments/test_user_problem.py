@@ -23,7 +23,7 @@ MODULE = '''
 import os
 import signal
 
-from sopt.problems.fit_projectile.problem import FitProjectile, ProjectileConfig
+from problems.fit_projectile.problem import FitProjectile, ProjectileConfig
 from sopt.train import Callback
 
 

@@ -82,7 +82,7 @@ def test_a_compile_is_numbered_and_timed_and_counted_out_of_the_training_rate(tm
     code = ("import numpy as np, sopt\nfrom sopt.nn import Linear\nfrom sopt.train.progress import TrainingRate\n"
             "rate = TrainingRate()\nx = sopt.Parameter(np.ones((4, 3))).values\nlayer = Linear(3, 5)\n"
             "for _ in range(4):\n    layer.forward(x); sopt.synchronize(); rate.tick(synced=True)\n"
-            "print('excluded', rate.excluded, 'counted', rate.steps, 'compiles', len(sopt.device.compiles()))\n")
+            "print('excluded', rate.excluded, 'counted', rate.steps, 'compiles', len(sopt.runtime.device.compiles()))\n")
     r = _python(["-c", code], tmp_path, ROOT)
     assert r.returncode == 0, r.stderr
     assert "excluded 2 counted 2 compiles 1" in r.stdout, r.stdout

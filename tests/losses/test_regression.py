@@ -8,7 +8,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.losses import HuberLoss, L1Loss, MSELoss, RelativeL2Loss
 from sopt.losses.regression import MAX_GROUPS, THREADS
 

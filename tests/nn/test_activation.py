@@ -8,7 +8,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn import (LeakyReLU, Linear, ReLU, Sequential, Sigmoid, SiLU, Sine, Softplus, Tanh, gradcheck,
                      make_activation, vjp)
 from tests.nn.reference import activation as ref_activation

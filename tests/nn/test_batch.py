@@ -8,7 +8,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn import MLP, FrequencyEncoding, HashGridEncoding, Linear, ReLU, Sequential
 from sopt.nn.batch import BatchBuffers, CACHED_SIZES
 

@@ -140,7 +140,7 @@ x = spy.Tensor.from_numpy(sopt.get_device(), np.random.rand(70, 2).astype(np.flo
 y = m.forward(x)
 y.grad.copy_from_numpy(np.ones((70, 3), np.float32))
 m.backward(x, y)
-sopt.device.synchronize()
+sopt.runtime.device.synchronize()
 print("compiled and ran")
 """
 

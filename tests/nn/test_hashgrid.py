@@ -88,7 +88,7 @@ def test_coarse_kernel_sizes_match_the_slang_source():
     # the host sizes the kernel's groups and chooses its levels from these; the kernel declares them
     import re
 
-    from sopt.device import slang_lib_path
+    from sopt.runtime.device import slang_lib_path
 
     text = (slang_lib_path() / "nn" / "hashgrid.slang").read_text(encoding="utf-8")
     declared = dict(re.findall(r"static const int (COARSE_\w+) = (\d+);", text))
@@ -200,7 +200,7 @@ def test_deterministic_coarse_kernel_gives_the_same_bits():
     # 3000 samples: hashgrid_coarse_fixed_backprop_kernel takes levels 0-1 (6 groups). Its int64 group sums add the
     # same integers as hashgrid_backprop's own atomics, so the table gradient must equal, bit for bit, the one
     # with the kernel off (coarse_levels = 0), and dL/dx must not change either
-    from sopt.device import dispatch_count
+    from sopt.runtime.device import dispatch_count
 
     rng = np.random.default_rng(10)
     x = rng.uniform(0, 1, size=(3000, 2)).astype(np.float32)
@@ -362,10 +362,10 @@ def test_float16_sums_from_a_config_and_back():
 
 
 def test_every_mode_records_only_bound_kernels(grids, monkeypatch):
-    # forward and backward are compute kernels bound once per encoding: no SlangPy function call (sopt.kernel._run,
+    # forward and backward are compute kernels bound once per encoding: no SlangPy function call (sopt.runtime.kernel._run,
     # ~110 us of host time each) in any mode; 3000 samples, so the coarse kernels run too
-    import sopt.kernel
-    from sopt.device import dispatch_count
+    import sopt.runtime.kernel
+    from sopt.runtime.device import dispatch_count
 
     def no_function_calls(*args, **kwargs):
         raise AssertionError("a SlangPy function call in HashGridEncoding")
@@ -375,7 +375,7 @@ def test_every_mode_records_only_bound_kernels(grids, monkeypatch):
     dy = rng.normal(size=(3000, 6)).astype(np.float32)
     encs = [HashGridEncoding(**CONFIGS["2d"], seed=1, **kw)
             for kw in ({}, {"deterministic": True}, {"gradient_precision": "float16"})]
-    monkeypatch.setattr(sopt.kernel, "_run", no_function_calls)
+    monkeypatch.setattr(sopt.runtime.kernel, "_run", no_function_calls)
     counts = []
     for enc in encs:
         before = dispatch_count()
@@ -396,7 +396,7 @@ def test_strided_x_is_read_and_its_gradient_written(grids):
     import slangpy as spy
     from slangpy.slangpy import Shape
 
-    from sopt.device import get_device
+    from sopt.runtime.device import get_device
 
     enc = grids["2d"]
     rng = np.random.default_rng(13)
@@ -469,7 +469,7 @@ def test_grad_max_pass_reads_exactly_the_rows(off, rows, width, stride):
     # floats): the floats outside them (larger) must not count
     import slangpy as spy
 
-    from sopt.device import get_device
+    from sopt.runtime.device import get_device
     from sopt.nn.hashgrid import GRAD_MAX_PER_THREAD
 
     enc = HashGridEncoding(2, n_levels=2, log2_table_size=6, gradient_precision="float16")

@@ -9,7 +9,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn import Linear, gradcheck, vjp
 from sopt.nn.linear import ROWS_PER_CHUNK
 from tests.nn.reference import linear as ref_linear

@@ -7,7 +7,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn import FrequencyEncoding, Linear, Sequential, Tanh, vjp
 from tests.nn.reference import frequency as ref_frequency, linear as ref_linear
 

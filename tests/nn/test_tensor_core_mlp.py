@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import slangpy as spy
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn.activation import make_activation
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.nn.tensor_core_mlp import TS, TensorCoreMLP, flat_layout, initial_flat, pack_reference
@@ -225,8 +225,8 @@ def test_deltas_kernel_raises_the_hash_grid_max_on_cuda(mode, monkeypatch):
     # a hash grid summing in float16 or fixed point needs M = max |dL/dy|: TensorCoreMLP's deltas kernel, which
     # writes dL/dy (its dL/dx), raises M as it writes it and the grid's pass 1 is skipped. M is the bits of the
     # largest |dL/dy| either way, and the table gradient is the one with pass 1
-    from sopt import device as sdev
-    from sopt import grad_max
+    from sopt.runtime import device as sdev
+    from sopt.autodiff import grad_max
     from sopt.nn import HashGridEncoding, Sequential
 
     kw = {"deterministic": True} if mode == "deterministic" else {"gradient_precision": "float16"}

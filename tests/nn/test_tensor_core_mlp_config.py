@@ -8,15 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.config.registry import as_config, build, otypes
 from sopt.config.schema import ConfigError
 from sopt.nn import flat_layers
 from sopt.nn.activation import make_activation
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.nn.tensor_core_mlp import TensorCoreMLP, TensorCoreMLPConfig, flat_layout, initial_flat
-from sopt.problems import neural_field_config
-from sopt.problems.neural_field_image import load_config
+from problems import neural_field_config
+from problems.neural_field_image import load_config
 
 
 @pytest.mark.parametrize("section, line", [

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt.checkpoint import CheckpointError
+from sopt.train.checkpoint import CheckpointError
 from sopt.config import registry
 from sopt.config.schema import ConfigError, StrictModel, validate
 from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from sopt.optim import lr_scheduler as S
-from sopt.validation import check_float32
+from sopt.utils.validation import check_float32
 
 TINY = float(np.finfo(np.float32).tiny)
 BIG = float(np.finfo(np.float32).max)

@@ -144,7 +144,7 @@ def test_kernel_fields_and_the_kernel_struct_must_name_the_same_fields():
 
 
 def test_no_optimiser_kernel_reads_a_hyperparameter_by_position():
-    from sopt import device
+    from sopt.runtime import device
 
     sources = sorted((device.slang_lib_path() / "optim").glob("*.slang"))
     assert len(sources) >= 6

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt.kernel import Kernel
+from sopt.runtime.kernel import Kernel
 from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from tests.optim.reference import ReferenceOptimizer
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt.device import dispatch_count
+from sopt.runtime.device import dispatch_count
 from sopt.optim import SGD, Adagrad, Adam, AdamW, RMSprop
 from sopt.optim import optimizer as optimizer_module
 from tests.optim.reference import ReferenceOptimizer

@@ -66,7 +66,7 @@ def assert_resume_equals_uninterrupted(problem: type, config_file: pathlib.Path,
                                        capsys: pytest.CaptureFixture, at: int) -> None:
     """``config_file`` run whole with ``sopt run``, and run again stopped on metrics step ``at`` (an exception, as a
     crash) then finished with ``sopt resume``: the same result.json text and metrics records."""
-    from sopt.problems.fitting import load_config, run
+    from problems.fitting import load_config, run
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     code, _, stderr = run_problem(problem, [str(config_file), "--out", str(whole), "--no-progress"], capsys)
     assert code == 0, stderr

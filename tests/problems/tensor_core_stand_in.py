@@ -10,7 +10,7 @@ import pytest
 
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.nn.tensor_core_mlp import TensorCoreMLP
-from sopt.problems import neural_field_config
+from problems import neural_field_config
 
 
 def stand_in_tensor_core_mlp(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """Every problem's schema bounds every number, the bounds it documents are the ones enforced, and the memory a config
-needs is estimated from its sizes (sopt.problems.limits) without building anything. Host-only: no device."""
+needs is estimated from its sizes (problems.limits) without building anything. Host-only: no device."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from sopt.config.schema import ConfigError, defaults, merge, validate
-from sopt.problems import PROBLEMS, problem_class
+from problems import PROBLEMS, problem_class
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,7 @@ def refused(problem: str, override: dict[str, Any]) -> str:
 
 # -- documented bounds are the enforced ones --------------------------------------------------------------------------
 def test_nbody_init_masses_documents_and_enforces_the_fit_box():
-    from sopt.problems.nbody_masses.problem import FIT_BOUNDS, NBodyMassesConfig
+    from problems.nbody_masses.problem import FIT_BOUNDS, NBodyMassesConfig
     documented = NBodyMassesConfig.model_fields["init"].annotation.model_fields["masses"].description
     assert f"each in [{FIT_BOUNDS[0]}, {FIT_BOUNDS[1]}]" in documented
     assert refused("nbody_masses", {"init": {"masses": [0.01, 1.0, 1.0, 1.0]}}).startswith(
@@ -90,7 +90,7 @@ def test_nbody_init_masses_documents_and_enforces_the_fit_box():
 
 
 def test_heat_init_conductivity_starts_at_the_fit_clamp():
-    from sopt.problems.heat_inverse.problem import FIT_LOW
+    from problems.heat_inverse.problem import FIT_LOW
     assert refused("heat_inverse", {"init": {"conductivity": FIT_LOW / 10}}).startswith(
         "config init.conductivity = 1e-08: must be greater than or equal to")
     assert load("heat_inverse", {"init": {"conductivity": FIT_LOW}}).init.conductivity == FIT_LOW
@@ -104,7 +104,7 @@ def test_a_rollout_budget_too_small_for_the_steps_is_refused_by_the_schema():
 
 
 def test_the_cloth_dt_bound_comes_from_the_keys_and_matches_the_documented_formula():
-    from sopt.problems.fit_cloth.problem import ClothConfig
+    from problems.fit_cloth.problem import ClothConfig
     # defaults: k = 1.5 x 250 N/m, c = 1.5 x 0.2 N s/m, m = 0.02 kg: w^2 = 4 k / m, gamma = 4 c / m
     w2, gamma = 4 * 375.0 / 0.02, 4 * 0.3 / 0.02
     limit = 4 / (gamma + (gamma ** 2 + 4 * w2) ** 0.5)
@@ -147,7 +147,7 @@ def test_sizes_that_cannot_fit_are_refused_in_seconds():
 
 
 def test_the_limit_is_the_smaller_of_host_and_cuda_memory(monkeypatch):
-    import sopt.problems.limits as limits
+    import problems.limits as limits
     monkeypatch.setattr(limits, "host_memory_available", lambda: 64 * limits.GIB)
     monkeypatch.setattr(limits, "cuda_memory_total", lambda: 16 * limits.GIB)
     assert limits.memory_limit() == (16 * limits.GIB, "memory of the CUDA device")
@@ -156,7 +156,7 @@ def test_the_limit_is_the_smaller_of_host_and_cuda_memory(monkeypatch):
 
 
 def test_the_host_memory_is_what_meminfo_says_is_available():
-    from sopt.device import host_memory_available
+    from sopt.runtime.device import host_memory_available
     meminfo = pathlib.Path("/proc/meminfo")
     if not meminfo.exists():
         pytest.skip("no /proc/meminfo")

@@ -1,4 +1,4 @@
-"""sopt.problems.fit_cloth: the horizontal cloth and its smooth stiffness field, the smoothness regulariser against its
+"""problems.fit_cloth: the horizontal cloth and its smooth stiffness field, the smoothness regulariser against its
 float64 reference (value and gradient), the observations against the float64 spring integrator, the whole
 objective's gradient against central differences, recovery within 1% (shared, and per spring), a noisy fit, the
 noisy default and its uncertainty's coverage of the truth over seeds, a resumed run equal to the uninterrupted one,
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt.problems.fit_cloth import ClothConfig, FitCloth
-from sopt.problems.fit_cloth.problem import horizontal_cloth, stiffness_field
-from sopt.problems.fit_cloth.smoothness import SpringSmoothness, cloth_neighbours
-from sopt.problems.fitting import load_config, run
+from problems.fit_cloth import ClothConfig, FitCloth
+from problems.fit_cloth.problem import horizontal_cloth, stiffness_field
+from problems.fit_cloth.smoothness import SpringSmoothness, cloth_neighbours
+from problems.fitting import load_config, run
 from sopt.sim import SpringSystem
 from tests.sim.fields_reference import central_fd
 from tests.sim.spring_system_reference import SpringParams, step as reference_step

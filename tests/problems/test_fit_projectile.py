@@ -1,4 +1,4 @@
-"""sopt.problems.fit_projectile: observations against the float64 reference integrator, the tape gradient of the whole
+"""problems.fit_projectile: observations against the float64 reference integrator, the tape gradient of the whole
 objective (launch velocity, rollout, loss terms, normalisation) against central differences, multi-start starts
 that are independent fits, recovery within 1% for true values across the documented ranges, and a noisy fit."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
-from sopt.problems.fit_projectile.problem import NAMES, RANGES
-from sopt.problems.fitting import load_config, run
+from problems.fit_projectile import FitProjectile, ProjectileConfig
+from problems.fit_projectile.problem import NAMES, RANGES
+from problems.fitting import load_config, run
 from tests.problems.runs import run_problem
 from tests.sim.projectile_reference import Coefficients, rollout as reference_rollout
 

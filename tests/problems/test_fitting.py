@@ -1,4 +1,4 @@
-"""sopt.problems.fitting, the shared runner of the fitting problems: config errors as one line each (exit 2, nothing
+"""problems.fitting, the shared runner of the fitting problems: config errors as one line each (exit 2, nothing
 written), merging, the output folder never overwritten, ScaledParameter's gradient, clamp and its equivalence with
 relative optimiser settings, rel_error, and a resumed run ending with the uninterrupted run's result."""
 
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
-from sopt.problems.fitting import ConfigError, ScaledParameter, load_config, rel_error, run
+from problems.fit_projectile import FitProjectile, ProjectileConfig
+from problems.fitting import ConfigError, ScaledParameter, load_config, rel_error, run
 from sopt.sim import Projectile, rollout
 from tests.problems.runs import Interrupt, records, run_cli, run_problem
 
@@ -96,7 +96,7 @@ def test_the_command_prints_no_traceback(tmp_path):
     """The real process: exit status 2, one stderr line, no traceback."""
     config = tmp_path / "c.json"
     config.write_text('{"optimizer": {"otype": "Adam", "learning_rate": "0.1"}}', encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "sopt.problems.fit_projectile", str(config), "--out",
+    proc = subprocess.run([sys.executable, "-m", "problems.fit_projectile", str(config), "--out",
                            str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["error: config optimizer.learning_rate = '0.1': must be a valid number "
@@ -276,7 +276,7 @@ def test_problem_metrics_make_the_records_loss_the_results_and_keep_the_optimise
     """FittingProblem.result_loss (a multi-start fit's best start's loss) becomes the record's loss, before the
     scheduler, the loggers and the checkpoint see it; the optimised loss stays as loss_sum. Without one (None, the
     default) the record is left as the Trainer made it."""
-    from sopt.problems.fitting.problem import ProblemMetrics
+    from problems.fitting.problem import ProblemMetrics
 
     class Fake:
         def __init__(self, result):

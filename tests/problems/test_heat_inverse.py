@@ -1,4 +1,4 @@
-"""sopt.problems.heat_inverse: the sensor gather and the regularisers against float64 references (values, gradients
+"""problems.heat_inverse: the sensor gather and the regularisers against float64 references (values, gradients
 and Hessians), the true field's cell averages, the observations and the readings' exact Jacobian against the float64
 heat integrator, the whole objective's gradient against central differences, recovery within 5% at two corners of
 the documented ranges, a noisy fit, the noisy default and its uncertainty's coverage of the truth over seeds, the
@@ -13,12 +13,12 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt.problems.fitting import load_config, run
-from sopt.problems.heat_inverse import HeatConfig, HeatInverse
-from sopt.problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField, checkerboard, true_field
-from sopt.problems.heat_inverse.regularization import FieldRegularizer
-from sopt.problems.heat_inverse.sensitivity import reading_jacobian
-from sopt.problems.heat_inverse.sensors import Sensors, sensor_cells
+from problems.fitting import load_config, run
+from problems.heat_inverse import HeatConfig, HeatInverse
+from problems.heat_inverse.problem import SCALE, Disc, Rectangle, TrueField, checkerboard, true_field
+from problems.heat_inverse.regularization import FieldRegularizer
+from problems.heat_inverse.sensitivity import reading_jacobian
+from problems.heat_inverse.sensors import Sensors, sensor_cells
 from tests.sim.fields_reference import central_fd, diffusion_rollout
 from tests.problems.runs import assert_bad_config_refused, assert_resume_equals_uninterrupted, records, run_problem
 
@@ -212,7 +212,7 @@ SMALL = {"grid": 8, "checker_blocks": 4, "sensor_grid": [4, 4], "duration": 2.4,
 def test_the_reported_uncertainty_covers_the_truth_over_noisy_fits(tmp_path, monkeypatch):
     # 4 seeds of 0.01 K noise: every cell's truth within 3 sigma of its fit (the done-when check, at this size),
     # and within 2 sigma in >= 95% of all cells; sigma is the Laplace posterior's, not 0 or inf or vacuous
-    from sopt.problems.heat_inverse import plot
+    from problems.heat_inverse import plot
     drawn = []
     monkeypatch.setattr(plot.atomic_write, "write_figure", lambda path, fig, **kw: drawn.append(fig))
     within_2 = []
@@ -241,7 +241,7 @@ def test_the_reported_uncertainty_covers_the_truth_over_noisy_fits(tmp_path, mon
                                          ("MAX_JACOBIAN", 160 * 64 - 1)])
 def test_no_uncertainty_beyond_the_sensitivities_limits(limit, value, monkeypatch):
     # SMALL: 64 cells, 30 simulated steps, 10 x 16 readings; one less than each limit needs: no uncertainty
-    from sopt.problems.heat_inverse import sensitivity
+    from problems.heat_inverse import sensitivity
     problem = HeatInverse(load_config(HeatConfig, None, SMALL))
     assert problem.uncertainty()["conductivity"].shape == (8, 8)
     monkeypatch.setattr(sensitivity, limit, value)

@@ -1,9 +1,9 @@
-"""The horizon curriculum shared by fit_projectile and fit_cloth (sopt.problems.fitting.horizon)."""
+"""The horizon curriculum shared by fit_projectile and fit_cloth (problems.fitting.horizon)."""
 
 import pytest
 
-from sopt.problems.fit_cloth.horizon_loss import horizon
-from sopt.problems.fitting.horizon import horizon_fraction
+from problems.fit_cloth.horizon_loss import horizon
+from problems.fitting.horizon import horizon_fraction
 
 
 @pytest.mark.parametrize("step,expected", [(0, 0.25), (50, 0.625), (100, 1.0), (150, 1.0)])

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sopt.problems.fitting import ConfigError, load_config, resume, run
-from sopt.problems.nbody_masses import NBodyMasses, NBodyMassesConfig, ring_layout
+from problems.fitting import ConfigError, load_config, resume, run
+from problems.nbody_masses import NBodyMasses, NBodyMassesConfig, ring_layout
 from tests.sim import nbody_reference as ref
 from tests.problems.runs import Interrupt
 

@@ -14,12 +14,12 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt.problems.fitting import ConfigError, load_config, resume, run
-from sopt.problems.neural_controller import NeuralController, NeuralControllerConfig, NeuralControllerProblem
-from sopt.problems.neural_controller.controller import PostureLoss
-from sopt.problems.neural_controller.problem import GROUND, UPRIGHT_HEIGHT, UPRIGHT_TILT
+from problems.fitting import ConfigError, load_config, resume, run
+from problems.neural_controller import NeuralController, NeuralControllerConfig, NeuralControllerProblem
+from problems.neural_controller.controller import PostureLoss
+from problems.neural_controller.problem import GROUND, UPRIGHT_HEIGHT, UPRIGHT_TILT
 from sopt.sim import State
-from sopt.tape import loss_scalar
+from sopt.autodiff.tape import loss_scalar
 from tests.sim import spring_system_reference as ref
 from tests.problems.runs import Interrupt
 

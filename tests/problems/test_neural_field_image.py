@@ -15,15 +15,15 @@ import sopt
 from sopt.config.schema import ConfigError, defaults, merge, validate
 from sopt.data import generated_image, psnr
 from sopt.experiments.problem import Problem
-from sopt.problems.neural_field_image import NeuralFieldImage, NeuralFieldImageConfig, load_config
+from problems.neural_field_image import NeuralFieldImage, NeuralFieldImageConfig, load_config
 from sopt.experiments.cli import main as sopt_main
-from sopt.problems.neural_field_image.plot import plot_curves
+from problems.neural_field_image.plot import plot_curves
 from sopt.train import EarlyStopping, Evaluate, Trainer
 
 
 
 def main(argv: list[str]) -> int:
-    """``python -m sopt.problems.neural_field_image ARGV``: ``sopt run --problem neural_field_image ARGV``."""
+    """``python -m problems.neural_field_image ARGV``: ``sopt run --problem neural_field_image ARGV``."""
     return sopt_main(["run", "--problem", "neural_field_image", *argv])
 
 
@@ -178,7 +178,7 @@ def test_an_image_file_is_fitted_at_image_size(tmp_path: pathlib.Path) -> None:
 
 
 def test_fit_image_takes_a_config_dict(tmp_path: pathlib.Path) -> None:
-    from sopt.problems.neural_field_image import fit_image
+    from problems.neural_field_image import fit_image
 
     with pytest.raises(ConfigError, match=r"^config network.n_neurons = 0: must be greater than or equal to 1"):
         fit_image(generated_image(32), {"network": {"n_neurons": 0}})
@@ -192,7 +192,7 @@ def test_fit_image_takes_a_config_dict(tmp_path: pathlib.Path) -> None:
                                       {"otype": "Identity"}])
 def test_a_tensor_core_mlp_fuses_frequency_and_runs_after_other_encodings(encoding: dict,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from sopt.problems.neural_field_image.build import build_model
+    from problems.neural_field_image.build import build_model
     from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
     calls = stand_in_tensor_core_mlp(monkeypatch)
     config = load_config(network={"otype": "TensorCoreMLP", "n_neurons": 32}, encoding=encoding, seed=7,

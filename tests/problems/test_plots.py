@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from sopt.data import generated_image, psnr
-from sopt.problems.fitting.plot import history_figure
-from sopt.problems.nbody_masses.plot import masses_figure, orbits_figure, plot_masses
-from sopt.problems.neural_field_image.plot import comparison_figure, plot_comparison
+from problems.fitting.plot import history_figure
+from problems.nbody_masses.plot import masses_figure, orbits_figure, plot_masses
+from problems.neural_field_image.plot import comparison_figure, plot_comparison
 
 
 def legends_outside(figure) -> list[bool]:
@@ -89,7 +89,7 @@ def test_a_multi_start_fits_loss_panel_draws_its_best_starts_loss():
 
 
 def test_neural_controller_distance_curve_is_labelled_beside(tmp_path):
-    from sopt.problems.neural_controller.plot import plot_distance
+    from problems.neural_controller.plot import plot_distance
 
     history = [{"step": 10, "loss": -0.5}, {"step": 20, "loss": -1.0}, {"step": 20, "event": "end"}]
     figure = plot_distance(tmp_path / "distance.png", history, before=0.1)
@@ -100,7 +100,7 @@ def test_neural_controller_distance_curve_is_labelled_beside(tmp_path):
 
 
 def test_heat_readings_label_observed_and_fitted_beside(tmp_path, monkeypatch):
-    from sopt.problems.heat_inverse import plot
+    from problems.heat_inverse import plot
 
     drawn = []
     monkeypatch.setattr(plot.atomic_write, "write_figure", lambda path, fig, **kw: drawn.append(fig))

@@ -49,7 +49,7 @@ def check_readme(readme: pathlib.Path, folder: pathlib.Path) -> None:
         where = f"{readme}: {shlex.join(words)}"
         if words[:2] == ["python", "-m"] or words[:2] == ["python3", "-m"]:
             module = words[2]
-            assert module == f"sopt.problems.{problem}", f"{where}: runs another module"
+            assert module == f"problems.{problem}", f"{where}: runs another module"
             words = ["sopt", "run", "--problem", problem, *words[3:]]
         if words[0] != "sopt":
             words = ["sopt", *words[3:]]

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from PIL import Image
 
-from sopt.problems.training_curves import metric_series, plot_training_curves, training_curves_figure
+from problems.training_curves import metric_series, plot_training_curves, training_curves_figure
 
 HISTORY = [{"step": 1, "loss": 0.5, "psnr": 10.0}, {"step": 2, "loss": 0.0, "psnr": "n/a"},
            {"step": 3, "loss": math.nan, "psnr": -1.0}, {"step": 4, "loss": 0.125}, {"step": 5, "event": "resume"}]

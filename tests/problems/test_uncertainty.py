@@ -1,4 +1,4 @@
-"""Each fitting problem's uncertainty (sopt.problems.fitting.uncertainty): the Jacobian the Gauss-Newton
+"""Each fitting problem's uncertainty (problems.fitting.uncertainty): the Jacobian the Gauss-Newton
 covariance is built from, against a float64 reference; the covariance formula against numpy's least squares; a
 regularised fit's Laplace covariance calibrated over draws from its prior; and coverage: over seeded noisy fit_projectile fits the truth lies within 2 reported sigmas in most fits."""
 
@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from sopt.problems.fit_projectile import FitProjectile, ProjectileConfig
-from sopt.problems.fit_projectile.problem import NAMES
-from sopt.problems.fitting import load_config, run
-from sopt.problems.fitting.uncertainty import central_jacobian, gauss_newton_std, laplace_std
+from problems.fit_projectile import FitProjectile, ProjectileConfig
+from problems.fit_projectile.problem import NAMES
+from problems.fitting import load_config, run
+from problems.fitting.uncertainty import central_jacobian, gauss_newton_std, laplace_std
 from tests.sim.projectile_reference import Coefficients, rollout as reference_rollout
 
 # a 2 s scene with one bounce (at about 1 s), 10 observations, one start

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.sim import Simulator, State
 
 

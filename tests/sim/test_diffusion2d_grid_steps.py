@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.sim.diffusion2d_grid_steps import GRID_MIN_CELLS, layout
 from sopt.sim.grid_barrier import max_groups
 from tests.sim.fields_reference import BOUNDARIES

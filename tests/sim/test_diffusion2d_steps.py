@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.sim.diffusion2d import Diffusion2D
 from sopt.sim.grid2d import TemporalBlocking
 from tests.sim.fields_reference import BOUNDARIES, DX, central_fd, diffusion_rollout, f32, rel_err

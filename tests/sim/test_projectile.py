@@ -170,7 +170,7 @@ def test_a_hand_made_state_below_the_ground_bounces_from_where_it_is():
     values = {"gravity": gravity_vector(2), "linear_drag": np.array([0.2]), "drag": np.array([0.1]),
               "restitution": np.array([0.6])}
     sim = Projectile(np.ones((3, 2)), np.zeros((3, 2)), dt=0.01, **values)   # its initial state is not used
-    device = sopt.device.get_device()
+    device = sopt.runtime.device.get_device()
     state = State(**{k: spy.Tensor.from_numpy(device, a.astype(np.float32)).with_grads(zero=True)
                      for k, a in (("x", x), ("v", v))})
     wx, wv = np.random.default_rng(0).normal(size=(2, 3, 2))
@@ -360,10 +360,10 @@ def test_bad_parameters_and_states_raise_value_error():
     with pytest.raises(ValueError, match=r"Projectile restitution must be in \[0, 1\], got 2"):
         Projectile(X0, V0, dt=0.01, restitution=sopt.Parameter([0.5, 2.0]))
     sim = Projectile(X0, V0, dt=0.01, ground=None)
-    wrong = State(x=sopt.tape.new_tensor((3, 2)), v=sopt.tape.new_tensor((3, 2)))
+    wrong = State(x=sopt.autodiff.tape.new_tensor((3, 2)), v=sopt.autodiff.tape.new_tensor((3, 2)))
     with pytest.raises(ValueError, match=r"Projectile.step: state array 'x' has shape \(3, 2\) .* expected float32 of "
                                          r"shape \(2, 2\)"):
         sim.step(wrong)
     with pytest.raises(ValueError, match=r"Projectile.step takes no control input"):
-        sim.step(sim.initial_state(), control=sopt.tape.new_tensor((2, 2)))
+        sim.step(sim.initial_state(), control=sopt.autodiff.tape.new_tensor((2, 2)))
 

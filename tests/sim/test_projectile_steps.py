@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.sim.projectile import SEGMENT, Projectile
 from tests.sim.projectile_reference import Coefficients, rollout
 from tests.sim.test_projectile import COEFFICIENTS, fd_gradient, gravity_vector
@@ -163,6 +163,6 @@ def test_zero_steps_and_bad_input():
         sim.steps(state, -1)
     with pytest.raises(ValueError, match=r"Projectile.steps n must be an integer, got 2.0"):
         sim.steps(state, 2.0)
-    wrong = sopt.sim.State(x=sopt.tape.new_tensor((3, 2)), v=sopt.tape.new_tensor((3, 2)))
+    wrong = sopt.sim.State(x=sopt.autodiff.tape.new_tensor((3, 2)), v=sopt.autodiff.tape.new_tensor((3, 2)))
     with pytest.raises(ValueError, match=r"Projectile.steps: state array 'x' has shape \(3, 2\)"):
         sim.steps(wrong, 5)

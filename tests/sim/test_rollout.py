@@ -12,7 +12,7 @@ import pytest
 import sopt
 from sopt.sim import SpringSystem, State, spring_system
 from sopt.sim.rollout import plan, rollout
-from sopt.tape import peak_allocated_bytes, reset_peak_allocated_bytes
+from sopt.autodiff.tape import peak_allocated_bytes, reset_peak_allocated_bytes
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "custom_simulator.slang"
 DT = 0.02
@@ -135,7 +135,7 @@ def test_grad_norms_on_the_tape_metrics(pendulum):
 
 def test_bad_arguments(pendulum):
     step, params = _setup(pendulum)
-    s0 = State(x=sopt.tape.new_tensor((N, 2)))
+    s0 = State(x=sopt.autodiff.tape.new_tensor((N, 2)))
     with pytest.raises(ValueError, match="observe='v' is not an array of the state"):
         rollout(step, s0, 5, observe="v", at=[1])
     with pytest.raises(ValueError, match="at holds step 6 beyond steps=5"):
@@ -163,7 +163,7 @@ def test_budget_in_bytes_counts_values_and_gradients(pendulum):
 def test_fused_stretches_equal_single_steps(budget):
     """A Simulator rollout runs the stretches between observations as one Simulator.steps call (Projectile's
     fused kernel); states, trajectory and gradients equal the one-call-per-step rollout's."""
-    from sopt.device import dispatch_count
+    from sopt.runtime.device import dispatch_count
     from sopt.sim import Projectile
     rng = np.random.default_rng(3)
     x0 = np.c_[rng.uniform(-1, 1, 5), rng.uniform(0.2, 1.0, 5)].astype(np.float32)

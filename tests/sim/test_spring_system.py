@@ -11,7 +11,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.sim import rollout
 from sopt.sim.spring_system import SpringSystem
 from tests.sim.dispatches import dispatches_per_step

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.sim.grid_barrier import max_groups
 from sopt.sim.spring_system import SpringSystem
 from tests.sim.test_spring_system import (assert_close, chain2d_per_element, cloth3d_shared_ground, current_values,

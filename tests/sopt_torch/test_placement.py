@@ -63,10 +63,10 @@ def test_bad_inputs_are_refused(net: TorchModule, case: str, shared: bool, tdev:
         else:
             pytest.skip("no second torch device here: sopt on Vulkan and torch without CUDA")
     message = message.format(backend="CUDA" if shared else "Vulkan")
-    before = sopt.device.dispatch_count()
+    before = sopt.runtime.device.dispatch_count()
     with pytest.raises(ValueError, match=message):
         net(make(tdev))
-    assert sopt.device.dispatch_count() == before
+    assert sopt.runtime.device.dispatch_count() == before
 
 
 def test_leading_dimensions_are_kept(net: TorchModule, tdev: torch.device) -> None:

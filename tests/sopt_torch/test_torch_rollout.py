@@ -43,7 +43,7 @@ def _torch_loss(sim: SpringSystem, k: torch.Tensor, v0: torch.Tensor, u: torch.T
 
 def _native(sim: SpringSystem, u_np: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """The gradients in k, v0 and the controls of sum(w * (x_final + 0.5 x_4)) on a sopt tape."""
-    device = sopt.device.get_device()
+    device = sopt.runtime.device.get_device()
     u = spy.Tensor.from_numpy(device, u_np).with_grads(zero=True)
     x0 = spy.Tensor.from_numpy(device, sim.coefficient("x0").numpy().astype(np.float32))
     v0 = spy.Tensor.from_numpy(device, np.zeros((4, 2), np.float32)).with_grads(zero=True)

@@ -133,7 +133,7 @@ def test_partial_windows_refused() -> None:
 def test_step_into_a_callers_encoder(shared: bool, tdev: torch.device) -> None:
     model = _TorchNet().to(tdev)
     opt = sopt.optim.SGD(model.parameters(), lr=0.1)
-    encoder = sopt.device.get_device().create_command_encoder()
+    encoder = sopt.runtime.device.get_device().create_command_encoder()
     if not shared:   # copy mode downloads the new values after its own submission
         with pytest.raises(ValueError, match="call step\\(\\) without an encoder"):
             opt.step(encoder)
@@ -143,7 +143,7 @@ def test_step_into_a_callers_encoder(shared: bool, tdev: torch.device) -> None:
     torch.nn.functional.mse_loss(model(x), target).backward()
     expected = [(p - 0.1 * p.grad).detach().clone() for p in model.parameters()]
     opt.step(encoder)
-    sopt.device.submit(encoder)
+    sopt.runtime.device.submit(encoder)
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.detach(), e, rtol=1e-6, atol=1e-7)
 

@@ -7,7 +7,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.data import load_image
 from sopt.train import Batch, BatchSampler, Trainer
 from tests.train.toy import HostMSE, PixelTable
@@ -18,7 +18,7 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any use of the device fails the test: the ValueError must come first."""
     def refuse() -> None:
         raise AssertionError("GPU work started before the input was checked")
-    # sopt first: sopt.get_device resolves lazily from sopt.device, so patching that first would make the
+    # sopt first: sopt.get_device resolves lazily from sopt.runtime.device, so patching that first would make the
     # patched function the value restored afterwards (every later test in the process then "started GPU work")
     monkeypatch.setattr(sopt, "get_device", refuse)
     monkeypatch.setattr(dev, "get_device", refuse)

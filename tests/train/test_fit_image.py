@@ -12,9 +12,9 @@ import sopt
 from sopt.config.files import read_config
 from sopt.config.schema import ConfigError, validate
 from sopt.experiments.cli import main as sopt_main
-from sopt.problems.neural_field_image.build import build_model
-from sopt.problems.neural_field_image.config import DEFAULT_CONFIG, NeuralFieldImageConfig, load_config
-from sopt import device as dev
+from problems.neural_field_image.build import build_model
+from problems.neural_field_image.config import DEFAULT_CONFIG, NeuralFieldImageConfig, load_config
+from sopt.runtime import device as dev
 from sopt import losses, nn
 from sopt.data import generated_image, pixel_coordinates, psnr
 from sopt.train import BatchSampler, Trainer
@@ -54,7 +54,7 @@ def test_mlp_fit_reaches_a_psnr_a_broken_gradient_cannot(monkeypatch: pytest.Mon
 
 
 def main(argv: list[str]) -> int:
-    """``python -m sopt.problems.neural_field_image ARGV``: ``sopt run --problem neural_field_image ARGV``."""
+    """``python -m problems.neural_field_image ARGV``: ``sopt run --problem neural_field_image ARGV``."""
     return sopt_main(["run", "--problem", "neural_field_image", *argv])
 
 
@@ -140,7 +140,7 @@ def test_problem_config_values_keep_their_types() -> None:
 
 def test_problem_deterministic_runs_are_bit_identical() -> None:
     """Hash grid + MLP of Linears (both reductions), batches of 1024 (two Linear chunks), 30 steps, twice."""
-    from sopt.problems.neural_field_image.run import fit_image
+    from problems.neural_field_image.run import fit_image
 
     config = load_config(image_size=SIZE, steps=30, batch_size=1024, eval_every=10, log_every=1, deterministic=True,
                          encoding={"otype": "HashGrid", "n_levels": 4, "log2_hashmap_size": 8, "base_resolution": 4,

@@ -10,7 +10,7 @@ import pytest
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.data import generated_image, pixel_coordinates, psnr
 from sopt.optim.lr_scheduler import ReduceLROnPlateau
 from sopt.train import Batch, BatchSampler, Checkpoint, Trainer

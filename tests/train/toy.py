@@ -13,7 +13,7 @@ import numpy as np
 import slangpy as spy
 
 import sopt
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn.module import Module
 
 _SOURCE = pathlib.Path(__file__).with_name("toy.slang")

@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from sopt.validation import check_float, check_float32, check_int
+from sopt.utils.validation import check_float, check_float32, check_int
 
 
 def check_optimizer(optimizer: Any) -> None:

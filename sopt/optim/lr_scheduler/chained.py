@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_state
 from sopt.optim.lr_scheduler.plateau import ReduceLROnPlateau
-from sopt.validation import check_int
+from sopt.utils.validation import check_int
 
 
 def check_children(owner: str, schedulers: Sequence[Any], optimizer: Any) -> None:

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from sopt.config.registry import ComponentConfig, register
 from sopt.optim.lr_scheduler.base import LRScheduler
-from sopt.validation import check_float, check_int
+from sopt.utils.validation import check_float, check_int
 
 
 class ConstantConfig(ComponentConfig):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sopt.optim.lr_scheduler.base import LRScheduler
-from sopt.validation import check_float, check_int
+from sopt.utils.validation import check_float, check_int
 
 
 class LinearLR(LRScheduler):

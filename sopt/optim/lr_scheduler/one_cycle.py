@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_group_count, check_optimizer, per_group
-from sopt.validation import check_bool, check_choice, check_float, check_float32, check_int
+from sopt.utils.validation import check_bool, check_choice, check_float, check_float32, check_int
 
 
 def _anneal_cos(start: float, end: float, pct: float) -> float:

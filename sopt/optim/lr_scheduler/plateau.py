@@ -7,7 +7,7 @@ from typing import Any
 
 from sopt.optim.lr_scheduler.base import (LRScheduler, check_group_count, check_optimizer, check_position,
                                           check_state, per_group)
-from sopt.validation import check_choice, check_float, check_int
+from sopt.utils.validation import check_choice, check_float, check_int
 
 _MODES = ("min", "max")
 _THRESHOLD_MODES = ("rel", "abs")

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from sopt.optim.lr_scheduler.base import LRScheduler, check_milestones, check_position, check_state
 from sopt.optim.lr_scheduler.chained import ChainedScheduler, check_children, check_children_states
-from sopt.validation import check_int
+from sopt.utils.validation import check_int
 
 
 class SequentialLR(LRScheduler):

@@ -12,11 +12,11 @@ import pytest
 from PIL import Image
 
 from sopt.config.schema import ConfigError
-from sopt.problems.neural_radiance import load_config
-from sopt.problems.neural_radiance.cameras import Cameras, look_at, pixel_rays, sphere_poses
-from sopt.problems.neural_radiance.nerf_synthetic import load_split
-from sopt.problems.neural_radiance.scene import AMBIENT, LIGHT, SHAPES, Box, Sphere, builtin_cameras, render, trace
-from sopt.problems.neural_radiance.ssim import ssim
+from problems.neural_radiance import load_config
+from problems.neural_radiance.cameras import Cameras, look_at, pixel_rays, sphere_poses
+from problems.neural_radiance.nerf_synthetic import load_split
+from problems.neural_radiance.scene import AMBIENT, LIGHT, SHAPES, Box, Sphere, builtin_cameras, render, trace
+from problems.neural_radiance.ssim import ssim
 
 
 def test_pixel_rays_follow_the_nerf_synthetic_convention():
@@ -163,7 +163,7 @@ def test_config_errors_name_the_key(tmp_path: pathlib.Path):
 
 def test_a_tensor_core_mlp_fuses_a_frequency_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
     from sopt.nn import Sequential
-    from sopt.problems.neural_radiance.field import build_model
+    from problems.neural_radiance.field import build_model
     from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
     calls = stand_in_tensor_core_mlp(monkeypatch)
     config = load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16},

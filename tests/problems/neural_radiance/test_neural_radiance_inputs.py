@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sopt.problems.neural_radiance import load_config
-from sopt.problems.neural_radiance.problem import NeuralRadiance
-from sopt.problems.neural_radiance.nerf_synthetic import load_split
+from problems.neural_radiance import load_config
+from problems.neural_radiance.problem import NeuralRadiance
+from problems.neural_radiance.nerf_synthetic import load_split
 from tests.experiments.test_cli import listing
 from tests.problems.runs import run_cli
 

@@ -10,14 +10,14 @@ import pytest
 import slangpy as spy
 
 from sopt import Tape, nn
-from sopt.device import get_device
-from sopt.problems.neural_radiance.cameras import pixel_rays
-from sopt.problems.neural_radiance.composite import Compositor
-from sopt.problems.neural_radiance.march import RayMarcher
-from sopt.problems.neural_radiance.occupancy import OccupancyGrid
-from sopt.problems.neural_radiance.rays import CameraRays, TrainingRays
-from sopt.problems.neural_radiance.scene import builtin_cameras, render
-from sopt.problems.neural_radiance.views import Views
+from sopt.runtime.device import get_device
+from problems.neural_radiance.cameras import pixel_rays
+from problems.neural_radiance.composite import Compositor
+from problems.neural_radiance.march import RayMarcher
+from problems.neural_radiance.occupancy import OccupancyGrid
+from problems.neural_radiance.rays import CameraRays, TrainingRays
+from problems.neural_radiance.scene import builtin_cameras, render
+from problems.neural_radiance.views import Views
 
 
 def tensor(a: np.ndarray) -> spy.Tensor:

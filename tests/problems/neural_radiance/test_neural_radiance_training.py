@@ -34,9 +34,9 @@ def test_held_out_views_render_in_fixed_size_chunks(monkeypatch):
     memory after five evaluations of the GPU config)."""
     import numpy as np
 
-    from sopt.problems.neural_radiance import config as nerf_config
-    from sopt.problems.neural_radiance.config import NeuralRadianceConfig
-    from sopt.problems.neural_radiance.problem import NeuralRadiance
+    from problems.neural_radiance import config as nerf_config
+    from problems.neural_radiance.config import NeuralRadianceConfig
+    from problems.neural_radiance.problem import NeuralRadiance
 
     config = NeuralRadianceConfig(image_size=16, train_views=2, test_views=2, samples_per_ray=16)
     problem = NeuralRadiance(config)

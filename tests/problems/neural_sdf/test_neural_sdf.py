@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from sopt.config.schema import ConfigError
-from sopt.problems.neural_sdf import NeuralSDF, load_config
-from sopt.problems.neural_sdf.mesh import read_mesh, to_unit_box
+from problems.neural_sdf import NeuralSDF, load_config
+from problems.neural_sdf.mesh import read_mesh, to_unit_box
 from tests.problems.runs import assert_bad_config_refused, run_problem
 
 trimesh = pytest.importorskip("trimesh", reason="the mesh extra (pip install 'sopt[mesh]') reads meshes")
@@ -98,7 +98,7 @@ def test_a_file_that_is_no_mesh_is_refused_naming_it(tmp_path: pathlib.Path) -> 
 def test_a_tensor_core_mlp_runs_after_the_encoding_in_a_sequential(encoding: dict, width: int,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from sopt.nn import Sequential
-    from sopt.problems.neural_sdf.build import build_model
+    from problems.neural_sdf.build import build_model
     from tests.problems.tensor_core_stand_in import stand_in_tensor_core_mlp
     calls = stand_in_tensor_core_mlp(monkeypatch)
     model = build_model(load_config(network={"otype": "TensorCoreMLP", "n_neurons": 16}, encoding=encoding))
@@ -120,9 +120,9 @@ def test_the_ground_truth_phases_say_their_size_before_they_run(tmp_path: pathli
     assert ("sopt: neural_sdf: ground truth of the 8^3 evaluation grid: 512 points x 12 triangles (6.1e+03 "
             "point-triangle distances) ...\n") in err, err
     for step in (0, 1):
-        encoder = sopt.device.create_command_encoder()
+        encoder = sopt.runtime.device.create_command_encoder()
         problem.sampler.sample(step, encoder)
-        sopt.device.submit(encoder)
+        sopt.runtime.device.submit(encoder)
     err = capsys.readouterr().err
     assert err.count("sopt: neural_sdf: ") == 1, err
     assert ("sopt: neural_sdf: ground truth of the training pool: 64 points x 12 triangles (7.7e+02 point-triangle "

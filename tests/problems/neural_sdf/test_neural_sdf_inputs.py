@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from sopt.problems.neural_sdf import load_config
-from sopt.problems.neural_sdf.default_mesh import DEFAULT_MESH
-from sopt.problems.neural_sdf.mesh import open_edges, read_mesh
-from sopt.problems.neural_sdf.problem import NeuralSDF
+from problems.neural_sdf import load_config
+from problems.neural_sdf.default_mesh import DEFAULT_MESH
+from problems.neural_sdf.mesh import open_edges, read_mesh
+from problems.neural_sdf.problem import NeuralSDF
 from tests.experiments.test_cli import listing
 from tests.problems.runs import run_cli
 
@@ -149,8 +149,8 @@ def test_an_open_mesh_trains_its_unsigned_distance(tmp_path: pathlib.Path, capsy
 
 
 def test_the_truth_of_an_unsigned_mesh_is_never_negative(tmp_path: pathlib.Path) -> None:
-    from sopt.problems.neural_sdf.mesh import to_unit_box
-    from sopt.problems.neural_sdf.truth import MeshTruth
+    from problems.neural_sdf.mesh import to_unit_box
+    from problems.neural_sdf.truth import MeshTruth
     box = to_unit_box(trimesh.creation.box(), 0.2)
     points = np.array([[0.5, 0.5, 0.5], [0.5, 0.5, 0.95]], np.float32)   # the centre (inside), a point outside
     signed = MeshTruth(box.triangles).signed_distance(points).sdf
@@ -161,7 +161,7 @@ def test_the_truth_of_an_unsigned_mesh_is_never_negative(tmp_path: pathlib.Path)
 
 def test_inward_faces_are_turned_outward(tmp_path: pathlib.Path) -> None:
     """A closed box with every face wound clockwise: its inside is found all the same (winding +1 there)."""
-    from sopt.problems.neural_sdf.mesh import to_unit_box
+    from problems.neural_sdf.mesh import to_unit_box
     box = trimesh.creation.box()
     inverted = trimesh.Trimesh(box.vertices, box.faces[:, ::-1], process=False)
     assert inverted.volume < 0

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import slangpy as spy
 
-from sopt import device as dev
-from sopt.problems.neural_sdf.metrics import SurfaceSample, grid_points, iou, marching_cubes, surface_agreement
-from sopt.problems.neural_sdf.render import SphereTracer
+from sopt.runtime import device as dev
+from problems.neural_sdf.metrics import SurfaceSample, grid_points, iou, marching_cubes, surface_agreement
+from problems.neural_sdf.render import SphereTracer
 
 trimesh = pytest.importorskip("trimesh", reason="the mesh extra (pip install 'sopt[mesh]') reads meshes")
 

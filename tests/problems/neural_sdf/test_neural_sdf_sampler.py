@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sopt.problems.neural_sdf.mesh import read_mesh, to_unit_box
-from sopt.problems.neural_sdf.sampler import SDFSampler
-from sopt.problems.neural_sdf.truth import MeshTruth
+from problems.neural_sdf.mesh import read_mesh, to_unit_box
+from problems.neural_sdf.sampler import SDFSampler
+from problems.neural_sdf.truth import MeshTruth
 
 POOL, UNIFORM, SURFACE, SIGMA = 8192, 2048, 2048, 0.005
 

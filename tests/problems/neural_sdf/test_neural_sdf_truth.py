@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sopt.problems.neural_sdf.default_mesh import DEFAULT_MESH, wavy_torus
-from sopt.problems.neural_sdf.mesh import read_mesh, to_unit_box
-from sopt.problems.neural_sdf.truth import MeshTruth
+from problems.neural_sdf.default_mesh import DEFAULT_MESH, wavy_torus
+from problems.neural_sdf.mesh import read_mesh, to_unit_box
+from problems.neural_sdf.truth import MeshTruth
 from tests.problems.neural_sdf.reference import unsigned_distance, winding_number
 
 # a tetrahedron, faces counter-clockwise seen from outside

@@ -1,8 +1,0 @@
-"""heat_inverse: a plate's conductivity field (an inclusion of another material) recovered from the temperatures of
-a grid of sensors (see problem.py and README.md).
-Run ``sopt run --problem heat_inverse [CONFIG] [overrides...]``
-(or ``python -m sopt.problems.heat_inverse ...``, the same command)."""
-
-from sopt.problems.heat_inverse.problem import HeatConfig, HeatInverse
-
-__all__ = ["HeatConfig", "HeatInverse"]
