@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))   # this checkout's sopt, not an installed one
 def _synchronize() -> None:
     import torch
 
-    from sopt import device as dev
+    from sopt.runtime import device as dev
     dev.synchronize()
     if torch.cuda.is_available() and dev.device_kind() == "cuda":
         torch.cuda.synchronize()
@@ -58,7 +58,7 @@ def worker(args: argparse.Namespace) -> None:
         torch.cuda.set_device(0)   # the one process shares torch's context too, as a rank does
     import torch.distributed as dist
 
-    from sopt import device as dev
+    from sopt.runtime import device as dev
     from sopt.data.image import generated_image, pixel_coordinates
     from sopt.losses import MSELoss
     from sopt.nn import HashGridEncoding, Sequential

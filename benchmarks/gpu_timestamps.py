@@ -2,7 +2,7 @@
 
 While :meth:`DispatchStamps.patched` is active, a timestamp is written into sopt's command buffer after a tape opens
 its encoder ("start"), before and after every compute dispatch recorded into an encoder (``BoundKernel.dispatch``
-and, where the checkout has the kernel layer, SlangPy launches through ``sopt.kernel``), and before the submission
+and, where the checkout has the kernel layer, SlangPy launches through ``sopt.runtime.kernel``), and before the submission
 ("submit"). :meth:`DispatchStamps.spans` turns the last iteration's marks into seconds: the whole buffer, each
 dispatch (labelled by its order, its declared kernel or Slang function where known, and its thread count) and the
 rest (clears, copies, gaps). It patches only what the checkout has, so older trees (``physics_split.py --tree``)
@@ -44,7 +44,7 @@ class DispatchStamps:
         return out
 
     def _labels(self) -> dict[int, str]:
-        """id of each loaded compute kernel -> its declaration's label (checkouts with sopt.kernel only)."""
+        """id of each loaded compute kernel -> its declaration's label (checkouts with sopt.runtime.kernel only)."""
         if self.kn is None or not hasattr(self.kn, "_programs"):
             return {}
         with warnings.catch_warnings():   # isinstance on every live object wakes deprecated torch aliases

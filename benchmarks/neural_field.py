@@ -76,7 +76,7 @@ import slangpy as spy
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this checkout's sopt, not an installed one
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.data.image import generated_image, pixel_coordinates
 from sopt.losses import MSELoss
 from sopt.nn import MLP, FrequencyEncoding, HashGridEncoding, Sequential

@@ -10,7 +10,7 @@ colour, white background); MSE against the pixels; backward; Adam; the occupancy
 (one random point per cell through the network, decayed max). Unused sample slots (rays with fewer occupied
 points) are evaluated on both sides (sopt's fixed-shape batch; PyTorch the same tensors).
 
-sopt: ``NeuralRadiance`` (sopt/problems/neural_radiance) driven by ``Trainer.train_step`` (one command buffer per
+sopt: ``NeuralRadiance`` (problems/neural_radiance) driven by ``Trainer.train_step`` (one command buffer per
 step). PyTorch: the same maths with tensor ops (``torch_hashgrid_encode`` of benchmarks/neural_field.py, nn.Linear
 layers, cumulative-product compositing, autograd, torch.optim.Adam), starting from sopt's weights and, after sopt's
 ``--warmup`` training steps, sopt's occupancy grid, so both march the same occupied cells. Timed: ``--steps``
@@ -34,10 +34,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sopt import device as dev  # noqa: E402
-from sopt.problems.neural_radiance import load_config  # noqa: E402
-from sopt.problems.neural_radiance.cameras import pixel_rays  # noqa: E402
-from sopt.problems.neural_radiance.problem import NeuralRadiance  # noqa: E402
+from sopt.runtime import device as dev  # noqa: E402
+from problems.neural_radiance import load_config  # noqa: E402
+from problems.neural_radiance.cameras import pixel_rays  # noqa: E402
+from problems.neural_radiance.problem import NeuralRadiance  # noqa: E402
 from sopt.train import Trainer  # noqa: E402
 
 

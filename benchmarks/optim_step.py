@@ -129,7 +129,7 @@ except ImportError:  # running from a source checkout without `pip install .`
 import numpy as np
 import slangpy as spy
 
-from sopt import device as sdev
+from sopt.runtime import device as sdev
 from sopt.optim import SGD, Adam, AdamW, Optimizer
 
 torch: Any = None

@@ -34,7 +34,7 @@ Frameworks (``--frameworks``):
 A framework that cannot be imported is reported "not installed" and skipped; an out-of-memory error is
 reported, not raised. Per case and framework: ms per iteration (forward rollout + backward, gradients zeroed
 first; the median of ``--repeats`` iterations after ``--warmup``, each timed on the host from its start to
-the device's synchronisation), peak device memory (sopt: ``sopt.tape.peak_allocated_bytes()``, the tape's
+the device's synchronisation), peak device memory (sopt: ``sopt.autodiff.tape.peak_allocated_bytes()``, the tape's
 pools, plus the parameters' values and gradients, not the simulator's constant arrays; torch:
 ``torch.cuda.max_memory_allocated``; Warp: the CUDA memory pool's used-memory high-water mark,
 ``wp.get_mempool_used_mem_high``, reset before each run through the driver), the loss, and each framework's
@@ -69,8 +69,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # this ch
 import slangpy as spy  # noqa: E402
 
 import sopt  # noqa: E402
-from sopt import device as dev  # noqa: E402
-from sopt import tape as tp  # noqa: E402
+from sopt.runtime import device as dev  # noqa: E402
+from sopt.autodiff import tape as tp  # noqa: E402
 from sopt.losses import MSELoss  # noqa: E402
 from sopt.sim import Diffusion2D, Projectile, SpringSystem, rollout  # noqa: E402
 
@@ -390,7 +390,7 @@ class Framework:
 
 class SoptFramework(Framework):
     name = "sopt"
-    memory_how = "sopt.tape.peak_allocated_bytes() + parameters"
+    memory_how = "sopt.autodiff.tape.peak_allocated_bytes() + parameters"
 
     def __init__(self) -> None:
         device = dev.get_device()

@@ -4,9 +4,9 @@ physics.py times an iteration of a cloth case (A: 32 x 32, B: 128 x 128, 1000 st
 device's synchronisation. This splits that into
 
 * host µs of recording (``with tape:`` + rollout + loss + ``tape.backward``) and of ``tape.submit()``;
-* dispatches (``sopt.device.dispatch_count()``) and submissions per iteration;
+* dispatches (``sopt.runtime.device.dispatch_count()``) and submissions per iteration;
 * GPU µs between timestamps written into the iteration's command buffer: the whole buffer (first command to
-  last) and each compute dispatch (order, declared kernel or Slang function where the tree has sopt.kernel, and thread
+  last) and each compute dispatch (order, declared kernel or Slang function where the tree has sopt.runtime.kernel, and thread
   count; benchmarks/gpu_timestamps.py), the rest being clears, copies and gaps;
 
 and prints whether sopt's CUDA device shares torch's CUDA context (SlangPy imports torch when installed, and a
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
         spy.Device = DumpingDevice
     import physics as ph   # the tree's harness (sys.path above)
-    from sopt import device as dev
-    from sopt import tape as tp
+    from sopt.runtime import device as dev
+    from sopt.autodiff import tape as tp
 
     if not pathlib.Path(dev.__file__).resolve().is_relative_to(tree):
         raise SystemExit(f"imported sopt from {dev.__file__}, not from {tree}")
@@ -137,7 +137,7 @@ def measure(key: str, run: Any, args: argparse.Namespace, spy: Any, dev: Any, tp
 
     # GPU timestamps: after the tape opens its encoder, around each compute dispatch, before the submission
     try:
-        kn = importlib.import_module("sopt.kernel")
+        kn = importlib.import_module("sopt.runtime.kernel")
     except ImportError:   # a checkout from before the kernel layer
         kn = None
     try:

@@ -63,7 +63,7 @@ def main() -> int:
     free = _rate(0.5)
     print(f"counter free rate {free:.3g}/s; each operation, then the counter's share of that rate meanwhile:")
     spy = measure("import slangpy", lambda: importlib.import_module("slangpy"), free)
-    from sopt import device as dev
+    from sopt.runtime import device as dev
     import numpy as np
     device = measure("open the device (sopt.get_device: spy.Device)", dev.get_device, free)
     print(f"  (device: {dev.device_kind()}, {device.info.adapter_name})")

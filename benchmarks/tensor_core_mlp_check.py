@@ -30,7 +30,7 @@ import time
 import numpy as np
 import slangpy as spy
 
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.nn.fully_fused_mlp import FullyFusedMLP
 from sopt.nn.tensor_core_mlp import TensorCoreMLP
 from sopt.nn.vjp import vjp

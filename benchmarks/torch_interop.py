@@ -45,7 +45,7 @@ import torch   # before sopt's device exists: sopt then shares torch's CUDA cont
 
 import sopt
 import sopt.torch
-from sopt import device as dev
+from sopt.runtime import device as dev
 from sopt.data.image import generated_image, pixel_coordinates
 from sopt.losses import MSELoss
 from sopt.nn import FullyFusedMLP, HashGridEncoding, Sequential

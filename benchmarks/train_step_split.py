@@ -32,9 +32,9 @@ import slangpy as spy   # noqa: E402
 
 from benchmarks import neural_field as nf   # noqa: E402
 from benchmarks.gpu_timestamps import DispatchStamps   # noqa: E402
-from sopt import device as dev   # noqa: E402
-from sopt import kernel as kn   # noqa: E402
-from sopt import tape as tp   # noqa: E402
+from sopt.runtime import device as dev   # noqa: E402
+from sopt.runtime import kernel as kn   # noqa: E402
+from sopt.autodiff import tape as tp   # noqa: E402
 from sopt.losses import MSELoss   # noqa: E402
 from sopt.optim import Adam   # noqa: E402
 from sopt.train import BatchSampler, Trainer   # noqa: E402

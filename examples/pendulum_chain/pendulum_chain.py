@@ -23,7 +23,7 @@ import sopt
 from sopt.config.registry import ComponentConfig, register
 from sopt.sim import Simulator
 from sopt.sim.fused_steps import coefficient_argument, gradient_argument
-from sopt.validation import check_float, check_int
+from sopt.utils.validation import check_float, check_int
 
 SOURCE = pathlib.Path(__file__).with_name("pendulum_chain.slang")
 
