@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import pathlib
 import threading
-import time
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -45,7 +44,7 @@ from slangpy.slangpy import Shape
 from sopt.compat import slangpy as compat_slangpy
 from sopt.runtime import device as dev
 
-__all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "grid_1d", "launch", "prefetch_declared"]
+__all__ = ["Function", "Kernel", "Source", "dummy", "dummy_buffer", "grid_1d", "launch"]
 
 # loaded objects, by (id of the device, what) -- one device per process today, but a kernel belongs to a device
 _modules: dict[tuple[int, str], spy.Module] = {}             # SlangPy modules (functions)
@@ -53,8 +52,7 @@ _slang_modules: dict[tuple[int, str], spy.SlangModule] = {}  # compiler modules 
 _nodes: dict[tuple[int, str, str, bool], FunctionNode] = {}
 _programs: dict[tuple[int, str, str], spy.ComputeKernel] = {}
 _launched: set[tuple[int, str, str, bool]] = set()            # functions launched before (SlangPy compiles at the first)
-_lock = threading.RLock()   # the Slang session is used by one thread at a time: prefetching vs. launching
-_declared: dict[tuple[str, bool], "Source"] = {}   # (source, for compute kernels) of every declaration, in order
+_lock = threading.RLock()   # the Slang session is used by one thread at a time
 
 
 class Source:
@@ -141,16 +139,11 @@ class Function:
         self._device: spy.Device | None = None
         self._node: FunctionNode | None = None
         self._launched = False
-        _declared.setdefault((self.source.key, False), self.source)
 
     def specialise(self, *generic: Any) -> "Function":
         """This function with generic arguments ``generic`` (appended to any it has)."""
         return Function(self.source, self.name, *self.generic, *generic, group_shape=self.group_shape,
                         _backward=self.is_backward)
-
-    def grouped(self, group_shape: tuple[int, ...]) -> "Function":
-        """This function with its call's threads in groups of ``group_shape`` (SlangPy's ``call_group_shape``)."""
-        return Function(self.source, self.name, *self.generic, group_shape=group_shape, _backward=self.is_backward)
 
     @property
     def backward(self) -> "Function":
@@ -279,7 +272,6 @@ class Kernel:
         # what identifies it, made once: layers look their bound kernels up by Kernel every dispatch (joining the
         # generic text each time cost ~5 us of a step's host time per lookup)
         self._identity = (self.source.key, self.entry, _generic_text(self.generic))
-        _declared.setdefault((self.source.key, True), self.source)
 
     def specialise(self, *generic: Any, label: str | None = None) -> "Kernel":
         """This entry point with generic arguments ``generic`` (appended to any it has)."""
@@ -357,34 +349,3 @@ def dummy_buffer() -> spy.Buffer:
             data=np.zeros(16, np.uint8))
     return _dummy_buffer
 
-
-def prefetch_declared(idle_seconds: float = 2.0) -> threading.Thread:
-    """Load the modules of every declared kernel's source on a background thread, those declared so far and those
-    declared while it runs (a problem's modules declare theirs as it builds), until none has come for
-    ``idle_seconds``; returns the started thread. Failures are left for the launch that needs the module to report.
-
-    It overlaps only with work that releases the GIL (file and network I/O, large numpy operations, waits for the
-    GPU): SlangPy holds the GIL while it loads a module (benchmarks/slangpy_gil.py), so beside Python work the
-    thread merely takes turns with it, and it loads every declared source, used or not. ``sopt run`` therefore does
-    not call it (fit_projectile's first step came 2.3 s later with it on a 2-core lavapipe machine)."""
-    dev.get_device()   # opened here, on the caller's thread
-
-    def load() -> None:
-        done: set[tuple[str, bool]] = set()
-        idle_since = time.monotonic()
-        while time.monotonic() - idle_since < idle_seconds:
-            pending = [(key, source) for key, source in list(_declared.items()) if key not in done]
-            if not pending:
-                time.sleep(0.01)
-                continue
-            for key, source in pending:
-                done.add(key)
-                try:
-                    source.slang_module() if key[1] else source.module()
-                except Exception:   # the launch that needs it loads it again and raises with its own context
-                    pass
-            idle_since = time.monotonic()
-
-    thread = threading.Thread(target=load, name="sopt-kernel-prefetch", daemon=True)
-    thread.start()
-    return thread

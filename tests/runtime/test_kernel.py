@@ -62,14 +62,6 @@ def test_a_generic_entry_point_is_specialised_by_value_and_type_arguments() -> N
     assert list(program.layout.entry_points[0].compute_thread_group_size) == [128, 1, 1]
 
 
-def test_prefetch_loads_the_sources_declared_while_it_runs() -> None:
-    thread = kernel.prefetch_declared(idle_seconds=0.5)
-    late = kernel.Function("nn/identity", "identity_forward")   # declared after the thread started
-    thread.join(timeout=120)
-    assert not thread.is_alive()
-    assert (id(sopt.get_device()), late.source.key) in kernel._modules
-
-
 def test_a_first_launch_has_the_driver_compile_its_pipeline_inside_the_compile_before_the_real_dispatch(
         tmp_path, monkeypatch) -> None:
     """A kernel's first use hands its pipeline to FirstUse.run inside sopt.runtime.device.compiling (the driver's compile is
