@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field, create_model
 
 from sopt.config.registry import ComponentConfig
-from sopt.utils.validation import check_bool, check_float, check_float32
+from sopt.utils.validation import check_bool, check_float
 
 Value = float | bool | tuple[float, float]
 
@@ -63,14 +63,6 @@ class Hyperparameter:
         if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != 2:
             raise ValueError(f"{self.key} must be a pair ({', '.join(self.config_key or ('a', 'b'))}), got {value!r}")
         return tuple(check_float(v, f"{self.key}[{i}]", **bounds) for i, v in enumerate(value))   # type: ignore[return-value]
-
-    def check_float32(self, value: Value, owner: str) -> None:
-        """Every float of ``value`` must be 0 or a normal float32: the kernel reads them as float32, where
-        ``lr=1e-50`` would be 0 (no step at all) and ``lr=1e39`` Inf (every step spoilt)."""
-        items = list(enumerate(value)) if isinstance(value, tuple) else [(None, value)]
-        for i, item in items:
-            if isinstance(item, float):
-                check_float32(item, self.key if i is None else f"{self.key}[{i}]", owner=owner)
 
     def kernel_fields(self, value: Value) -> dict[str, float | bool]:
         """The kernel struct's fields this hyperparameter fills, by name."""

@@ -168,11 +168,6 @@ class TorchModule(torch.nn.Module):
             mirror.p_version = p.version
             mirror.torch_versions = self._versions(mirror)
 
-    def grad_windows(self, p: Parameter) -> list[torch.Tensor]:
-        """Shared mode: the torch views of ``p.grad`` that this module's parameters (the windows of ``p``, in
-        registration order) take as ``.grad`` when sopt writes their gradients in place."""
-        return self._mirrors[id(p)].windows.of(p.grad)
-
     # -- calls --------------------------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         who = f"TorchModule({type(self.sopt_module).__name__}) input"
