@@ -17,27 +17,14 @@ from sopt.utils.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("autodiff", "compat", "config", "data", "distributed", "experiments", "losses", "nn", "optim",
-                "runtime", "sim", "torch", "train", "utils")
-_EXPORTS = {
-    **{name: f"sopt.{name}" for name in _SUBPACKAGES},
-    "init": "sopt.nn",   # sopt.nn.init, the initialisers (torch.nn.init)
-    "CheckpointError": "sopt.train.checkpoint", "load": "sopt.train.checkpoint", "save": "sopt.train.checkpoint",
-    "device_kind": "sopt.runtime.device", "get_device": "sopt.runtime.device", "synchronize": "sopt.runtime.device",
-    "load_module": "sopt.autodiff.slang_module",
-    "Parameter": "sopt.autodiff.parameter", "Tape": "sopt.autodiff.tape", "TapeError": "sopt.autodiff.tape",
-    "gradcheck": "sopt.nn.gradcheck",
-}
-
-__all__ = sorted(n for n in _EXPORTS if n not in _SUBPACKAGES or n in ("losses", "nn", "optim", "sim", "train"))
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)   # the names of the TYPE_CHECKING block; any subpackage too
 
 if TYPE_CHECKING:
     from sopt import losses, nn, optim, sim, train
     from sopt.autodiff.parameter import Parameter
+    from sopt.autodiff.slang_module import load_module
     from sopt.autodiff.tape import Tape, TapeError
     from sopt.nn import init
     from sopt.nn.gradcheck import gradcheck
     from sopt.runtime.device import device_kind, get_device, synchronize
-    from sopt.autodiff.slang_module import load_module
     from sopt.train.checkpoint import CheckpointError, load, save

@@ -3,7 +3,13 @@ their backward, Slang modules called through it (``sopt.load_module``), and the 
 
 Each module loads on first use (``sopt.autodiff.parameter``); import the module you need."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from sopt.utils.lazy_exports import lazy_exports
 
-__all__ = ["grad_max", "grad_source", "parameter", "slang_module", "tape"]
-__getattr__, __dir__ = lazy_exports(__name__, {m: f"{__name__}.{m}" for m in __all__})
+__getattr__, __dir__ = lazy_exports(__name__)
+
+if TYPE_CHECKING:
+    from sopt.autodiff import grad_max, grad_source, parameter, slang_module, tape

@@ -45,11 +45,6 @@ def request(grad: spy.Tensor, provide: Provide) -> None:
         _requests.popitem(last=False)
 
 
-def withdraw(grad: spy.Tensor) -> None:
-    """Drop the request for ``grad``, if any."""
-    _requests.pop(key(grad), None)
-
-
 def claim(grad: spy.Tensor, encoder: spy.CommandEncoder) -> tuple[spy.Buffer, int] | None:
     """For a module about to overwrite all of ``grad``: the (buffer, byte offset) where to raise max |grad|'s bits,
     or None when nobody asked. The request is used up."""

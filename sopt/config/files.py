@@ -133,8 +133,3 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     (:func:`sopt.utils.atomic_write.write_text`): a reader (or a crash) never sees half a file, the old file stays until
     the new one is whole, and a link at ``path`` is replaced rather than written through."""
     atomic_write.write_text(path, text)
-
-
-def write_toml(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    """``data`` as TOML at ``path``, atomically (:func:`write_atomic`)."""
-    write_atomic(path, dumps_toml(data))

@@ -18,26 +18,16 @@ torch is imported only by the modules that talk to other processes, never by ``i
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
-    "MULTICAST_OFF": "sopt.distributed.environment",
-    "RankEnvironment": "sopt.distributed.environment",
-    "rank_environment": "sopt.distributed.environment",
-    "launch": "sopt.distributed.launcher",
-    "DataParallel": "sopt.distributed.data_parallel",
-    "start": "sopt.distributed.data_parallel",
-    "GradientAllReduce": "sopt.distributed.gradient_all_reduce",
-    "train_replica": "sopt.distributed.replica",
-    "check_splittable": "sopt.distributed.splittable",
-}
+from sopt.utils.lazy_exports import lazy_exports
 
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sopt.distributed' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+if TYPE_CHECKING:
+    from sopt.distributed.data_parallel import DataParallel, start
+    from sopt.distributed.environment import MULTICAST_OFF, RankEnvironment, rank_environment
+    from sopt.distributed.gradient_all_reduce import GradientAllReduce
+    from sopt.distributed.launcher import launch
+    from sopt.distributed.replica import train_replica
+    from sopt.distributed.splittable import check_splittable

@@ -8,16 +8,8 @@ from typing import TYPE_CHECKING
 
 from sopt.utils.lazy_exports import lazy_exports
 
-_EXPORTS = {
-    "HuberConfig": "sopt.losses.regression", "HuberLoss": "sopt.losses.regression",
-    "L1Config": "sopt.losses.regression", "L1Loss": "sopt.losses.regression", "L2Config": "sopt.losses.regression",
-    "Loss": "sopt.losses.regression",
-    "LossValue": "sopt.losses.value", "MSELoss": "sopt.losses.regression",
-    "RelativeL2Config": "sopt.losses.regression", "RelativeL2Loss": "sopt.losses.regression",
-}
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 if TYPE_CHECKING:
     from sopt.losses.regression import (HuberConfig, HuberLoss, L1Config, L1Loss, L2Config, Loss, MSELoss,

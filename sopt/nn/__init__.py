@@ -14,22 +14,8 @@ from sopt.utils.lazy_exports import lazy_exports
 from sopt.nn.gradcheck import gradcheck
 from sopt.nn.vjp import vjp
 
-_EXPORTS = {
-    "Activation": "sopt.nn.activation", "LeakyReLU": "sopt.nn.activation", "ReLU": "sopt.nn.activation",
-    "Sigmoid": "sopt.nn.activation", "SiLU": "sopt.nn.activation", "Sine": "sopt.nn.activation",
-    "Softplus": "sopt.nn.activation", "Tanh": "sopt.nn.activation", "make_activation": "sopt.nn.activation",
-    "FrequencyConfig": "sopt.nn.frequency", "FrequencyEncoding": "sopt.nn.frequency",
-    "FullyFusedMLP": "sopt.nn.fully_fused_mlp", "FullyFusedMLPConfig": "sopt.nn.fully_fused_mlp",
-    "GradcheckEntry": "sopt.nn.gradcheck", "GradcheckError": "sopt.nn.gradcheck",
-    "GradcheckResult": "sopt.nn.gradcheck", "HashGridConfig": "sopt.nn.hashgrid",
-    "HashGridEncoding": "sopt.nn.hashgrid", "IdentityConfig": "sopt.nn.identity",
-    "IdentityEncoding": "sopt.nn.identity", "Linear": "sopt.nn.linear", "MLP": "sopt.nn.mlp",
-    "MLPConfig": "sopt.nn.mlp", "make_encoding": "sopt.nn.mlp", "Module": "sopt.nn.module",
-    "Sequential": "sopt.nn.sequential", "init": "sopt.nn.init",
-}
 
-__all__ = sorted([*_EXPORTS, "gradcheck", "vjp"])
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 if TYPE_CHECKING:
     from sopt.nn.activation import (Activation, LeakyReLU, ReLU, Sigmoid, SiLU, Sine, Softplus, Tanh,

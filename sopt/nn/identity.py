@@ -46,11 +46,6 @@ class IdentityEncoding(Module):
     def to_config(self) -> IdentityConfig:
         return IdentityConfig(scale=self.scale, offset=self.offset)
 
-    @property
-    def is_identity(self) -> bool:
-        """Whether y = x exactly (scale 1, offset 0): a model may leave the encoding out."""
-        return self.scale == 1.0 and self.offset == 0.0
-
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         return iter(())
 

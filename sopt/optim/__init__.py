@@ -10,16 +10,8 @@ from typing import TYPE_CHECKING
 
 from sopt.utils.lazy_exports import lazy_exports
 
-_EXPORTS = {
-    "lr_scheduler": "sopt.optim.lr_scheduler", "Adagrad": "sopt.optim.adagrad", "AdagradConfig": "sopt.optim.adagrad",
-    "Adam": "sopt.optim.adam", "AdamConfig": "sopt.optim.adam", "AdamW": "sopt.optim.adamw",
-    "AdamWConfig": "sopt.optim.adamw", "Lion": "sopt.optim.lion", "LionConfig": "sopt.optim.lion",
-    "Optimizer": "sopt.optim.optimizer", "RMSprop": "sopt.optim.rmsprop", "RMSpropConfig": "sopt.optim.rmsprop",
-    "SGD": "sopt.optim.sgd", "SGDConfig": "sopt.optim.sgd",
-}
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 if TYPE_CHECKING:
     from sopt.optim import lr_scheduler

@@ -14,17 +14,8 @@ from sopt.utils.lazy_exports import lazy_exports
 # the names of sopt.sim.rollout's own module: imported here, as rollout's first import makes sopt.sim.rollout the module
 from sopt.sim.rollout import Plan, RolloutResult, plan, rollout
 
-_EXPORTS = {
-    "Coefficient": "sopt.sim.coefficient", "Diffusion2D": "sopt.sim.diffusion2d",
-    "Diffusion2DConfig": "sopt.sim.diffusion2d", "FusedSteps": "sopt.sim.fused_steps", "NBody": "sopt.sim.nbody",
-    "NBodyConfig": "sopt.sim.nbody", "Projectile": "sopt.sim.projectile", "ProjectileConfig": "sopt.sim.projectile",
-    "Simulator": "sopt.sim.simulator", "SpringSystem": "sopt.sim.spring_system",
-    "SpringSystemConfig": "sopt.sim.spring_system", "State": "sopt.sim.state", "Wave2D": "sopt.sim.wave2d",
-    "Wave2DConfig": "sopt.sim.wave2d",
-}
 
-__all__ = sorted([*_EXPORTS, "Plan", "RolloutResult", "plan", "rollout"])
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 if TYPE_CHECKING:
     from sopt.sim.coefficient import Coefficient

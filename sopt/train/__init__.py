@@ -8,16 +8,8 @@ from typing import TYPE_CHECKING
 
 from sopt.utils.lazy_exports import lazy_exports
 
-_EXPORTS = {
-    "Batch": "sopt.train.batch_sampler", "BatchSampler": "sopt.train.batch_sampler", "Callback": "sopt.train.callback",
-    "Checkpoint": "sopt.train.checkpointing", "EarlyStopping": "sopt.train.early_stopping",
-    "Evaluate": "sopt.train.evaluate", "JSONLLogger": "sopt.train.jsonl_logger",
-    "NonFiniteError": "sopt.train.trainer", "SupervisedObjective": "sopt.train.trainer",
-    "Trainer": "sopt.train.trainer", "TrainResult": "sopt.train.trainer", "loss_scalar": "sopt.train.trainer",
-}
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)
 
 if TYPE_CHECKING:
     from sopt.train.batch_sampler import Batch, BatchSampler

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 from sopt.runtime import device
 from sopt.utils.lazy_exports import lazy_exports
 
-_EXPORTS = {"TrainingBar": "sopt.train.progress_bar"}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__)   # TrainingBar (tqdm) only when a bar is shown
 
 if TYPE_CHECKING:
     from sopt.train.progress_bar import TrainingBar

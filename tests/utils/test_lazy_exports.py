@@ -12,7 +12,8 @@ import types
 
 import pytest
 
-PACKAGES = ("sopt.sim", "sopt.nn", "sopt.optim", "sopt.train", "sopt.losses")
+PACKAGES = ("sopt.sim", "sopt.nn", "sopt.optim", "sopt.train", "sopt.losses", "sopt.runtime", "sopt.autodiff",
+            "sopt.utils")
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -34,6 +35,25 @@ def test_every_name_is_its_definition_after_every_submodule_was_imported(package
             assert value is getattr(sys.modules[module], name), f"{package}.{name}"
     with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'NoSuchName'"):
         getattr(pkg, "NoSuchName")
+
+
+def test_exports_are_read_from_the_type_checking_block_once():
+    from sopt.utils.lazy_exports import declared_exports
+    source = ("from typing import TYPE_CHECKING\nfrom sopt.utils.lazy_exports import lazy_exports\n"
+              "from pkg.rollout import plan, rollout as run\n__getattr__, __dir__ = lazy_exports(__name__)\n"
+              "if TYPE_CHECKING:\n    from pkg.a import A, B as C\n    from pkg import sub\n    from other import D\n")
+    exports, eager = declared_exports("pkg", source)
+    assert exports == {"A": "pkg.a", "C": "pkg.a", "sub": "pkg.sub", "D": "other"}
+    assert eager == ["plan", "run"]
+    with pytest.raises(ValueError, match="line 2"):
+        declared_exports("pkg", "if TYPE_CHECKING:\n    import pkg.a\n")
+
+
+def test_every_package_names_its_exports_once():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "sopt"
+    for init in root.rglob("__init__.py"):
+        assert "_EXPORTS = " not in init.read_text(encoding="utf-8"), f"{init}: name exports in TYPE_CHECKING only"
 
 
 def test_fit_projectile_imports_only_what_it_uses_and_otypes_keep_their_order() -> None:
