@@ -12,7 +12,7 @@ import tomllib
 
 import pytest
 
-from sopt.config.files import dumps_toml, read_config, without_none, write_atomic, write_toml
+from sopt.config.files import dumps_toml, read_config, without_none, write_atomic
 from sopt.config.schema import ConfigError, defaults, validate
 from problems import PROBLEMS, problem_class
 
@@ -118,7 +118,7 @@ def test_dumps_toml_leaves_out_none_and_reads_back():
 
 def test_write_atomic_replaces_whole_files_only(tmp_path, monkeypatch):
     path = tmp_path / "config.toml"
-    write_toml(path, {"steps": 1})
+    write_atomic(path, dumps_toml({"steps": 1}))
     assert tomllib.loads(path.read_text(encoding="utf-8")) == {"steps": 1}
     write_atomic(path, "steps = 2\n")
     assert path.read_text(encoding="utf-8") == "steps = 2\n"
