@@ -20,7 +20,7 @@ import pytest
 
 import sopt
 from sopt.train import Trainer
-from tests.test_checkpoint import _assert_unchanged, _entry, _snapshot, _trained
+from tests.train.test_checkpoint import _assert_unchanged, _entry, _snapshot, _trained
 
 BOMB_BYTES = 128 << 20    # a member inflating to this much compresses to ~130 KB
 PEAK_LIMIT = 32 << 20     # what a refused load may allocate (the old load inflated every member whole)
