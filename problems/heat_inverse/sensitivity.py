@@ -14,8 +14,8 @@ the first part the same stencil as the step (the ghosts' temperature is fixed: T
 only at j (weight 1/2 per inner face, 1 per edge face) and at its four neighbours i (c (u_j - u_i) / 2). All C
 sensitivities are stepped at once as a (C, H, W) array: C^2 numbers, C^2 x ~15 flops per step. That is exact
 where central differences in float32 are not (a 0.1% change of one cell's kappa moves a reading by ~1e-5 K,
-close to float32's rounding of 1 K) and costs about a second at the defaults (24 x 24 cells, 75 steps) where
-1153 GPU rollouts would cost 20 s on the software driver. It grows as C^2 x steps, so heat_inverse computes it
+close to float32's rounding of 1 K) and at the defaults (24 x 24 cells, 75 steps) far cheaper than the 1153
+GPU rollouts of central differences on the software driver. It grows as C^2 x steps, so heat_inverse computes it
 only within the limits of :func:`affordable`.
 """
 
@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 MAX_CELLS = 1024          # up to 32 x 32 cells: the sensitivities are 8 MiB, a few seconds of numpy per 100 steps
-MAX_WORK = 2 ** 30        # cells^2 x steps: about 40 s of numpy (the defaults: 2.5e7, 1 s)
+MAX_WORK = 2 ** 30        # cells^2 x steps: the most numpy work a run waits for (the defaults: 2.5e7)
 MAX_JACOBIAN = 2 ** 24    # readings x cells: 128 MiB of float64 (the defaults: 2.1e6)
 
 

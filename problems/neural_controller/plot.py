@@ -94,7 +94,7 @@ def write_gif(path: str | os.PathLike[str], robot: Robot, ground: float, frames:
         plt.close(fig)
         buffer.seek(0)
         images.append(Image.open(buffer).convert("P", palette=Image.Palette.ADAPTIVE))
-    # real time, but no faster than 50 ms a frame (GIF viewers round shorter delays up or ignore them)
+    # real time, but at least 50 ms a frame (GIF viewers round shorter delays up or ignore them)
     duration = max(50, int(round(1000 * (times[1] - times[0])))) if len(times) > 1 else 100
     atomic_write.write_image(path, images[0], save_all=True, append_images=images[1:], duration=duration, loop=0)
 

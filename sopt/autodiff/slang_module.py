@@ -45,8 +45,8 @@ def _has_torch_tensor(args: tuple, kwargs: dict[str, Any]) -> bool:
 
 class _Binding(CallData):
     """SlangPy's binding of a call's arguments (types, call dimensionality, the result's type) without its kernel:
-    the first half of ``CallData.build``, ~1-10 ms, where the whole build also generates and compiles a kernel
-    (0.1-0.3 s). The kernel is built once, by the launch, for the signature with ``_result``."""
+    the first half of ``CallData.build``, a small part of the whole build, which also generates and compiles a
+    kernel. The kernel is built once, by the launch, for the signature with ``_result``."""
 
     def _try_build_shader(self, *args: Any, **kwargs: Any) -> None:
         pass

@@ -539,7 +539,7 @@ class Tape:
 
 
 def _numel(t: spy.Tensor) -> int:
-    # not numpy's prod, nor iteration over the Shape (~2 us: SlangPy's Shape iterates by indexing until
+    # not numpy's prod, nor iteration over the Shape (slower: SlangPy's Shape iterates by indexing until
     # IndexError): this runs several times per recorded step
     return math.prod(t.shape.as_tuple())
 

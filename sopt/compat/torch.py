@@ -2,7 +2,7 @@
 torch that is not in CHECKED_VERSIONS.
 
 - ``current_raw_stream``: torch's current CUDA stream as a raw handle (``torch._C._cuda_getCurrentRawStream``;
-  public: ``torch.cuda.current_stream(i).cuda_stream``, which builds a Stream object, microseconds a call).
+  public: ``torch.cuda.current_stream(i).cuda_stream``, which builds a Stream object at every call).
 - ``has_gradient_hooks``: whether a tensor has backward or post-accumulate hooks (``_backward_hooks``,
   ``_post_accumulate_grad_hooks``; public: none, so an unchecked torch is answered "yes", which makes the bridge
   copy gradients the way torch's engine would rather than accumulate them in place).

@@ -44,7 +44,7 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def _fail(exc: BaseException) -> int:
-    # sopt.config.schema (pydantic, numpy: ~0.3 s on an H100 host) is imported only by commands that need it, so
+    # sopt.config.schema (pydantic, numpy: slow to import) is imported only by commands that need it, so
     # `sopt --version` and `sopt --help` answer without it; a ConfigError exists only once it was imported
     schema = sys.modules.get("sopt.config.schema")
     is_config_error = schema is not None and isinstance(exc, schema.ConfigError)
@@ -159,11 +159,11 @@ def cmd_run(argv: list[str]) -> int:
         dp = _start_data_parallel(rank, config)
         import sopt
         device = sopt.get_device()
-        # No background prefetch of the declared kernels' modules (sopt.runtime.kernel.prefetch_declared): SlangPy holds the
+        # No background prefetch of the declared kernels' modules (tried, and removed in issue 38): SlangPy holds the
         # GIL while it loads a module, opens the device or builds a call site (benchmarks/slangpy_gil.py), so a
         # loading thread only takes turns with this one, and "declared" is every kernel of every module imported
-        # (the MLPs', every optimiser's and simulator's), most of which this problem never runs. Measured on the
-        # 2-core lavapipe machine, fit_projectile: launch -> first step done 10.2 s with it, 6.8-7.3 s without.
+        # (the MLPs', every optimiser's and simulator's), most of which this problem never runs: the first step
+        # came later with it.
         problem = cls(config)
         from sopt.config.files import dumps_toml
 
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MPLBACKEND", "Agg")   # pictures are files; no display needed
     data_parallel = "WORLD_SIZE" in os.environ or any(a.startswith("--nproc") for a in argv)
     if argv[0] in LIGHT_COMMANDS and "torch" not in sys.modules and not data_parallel:
-        # slangpy's extension imports torch when it is installed (~3 s on a cold start) only to offer its torch
+        # slangpy's extension imports torch when it is installed (slow on a cold start) only to offer its torch
         # bridge, which no problem uses: marking torch unavailable keeps `sopt run` within a second of its first step
         sys.modules["torch"] = None  # type: ignore[assignment]
     return int(command[0](argv[1:]) or 0)

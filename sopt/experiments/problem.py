@@ -224,7 +224,7 @@ def problem_class(spec: object, where: str = "problem") -> type[Problem]:
                        "(sopt.experiments.problem.Problem)")
         return cls
     if isinstance(spec, str) and spec in BUILTIN_PROBLEMS:   # a built-in name wins over an entry point's: the
-        module_name, attribute = BUILTIN_PROBLEMS[spec]     # entry points (~10 ms to list) are not looked at
+        module_name, attribute = BUILTIN_PROBLEMS[spec]     # entry points (slow to list) are not looked at
         cls = getattr(_import(module_name, fail), attribute)
     else:
         names = problem_names()

@@ -39,7 +39,7 @@ def as_batch(x: Any, features: int | None, who: str) -> spy.Tensor:
         if x.dtype.full_name != "float":
             raise ValueError(f"{who}: expected a float32 (Slang 'float') tensor of shape {_wanted(features)}, got a "
                              f"tensor of dtype '{dtype_name(x)}' and shape {tuple(x.shape)}")
-        _check_shape(x.shape.as_tuple(), features, who)   # as_tuple: tuple(Shape) costs ~2 us (it indexes)
+        _check_shape(x.shape.as_tuple(), features, who)   # as_tuple: tuple(Shape) is slower (it indexes)
         return x
     if isinstance(x, np.ndarray):
         if x.dtype != np.float32:
@@ -123,8 +123,8 @@ class BatchBuffers:
 
 def column_stride(n: int) -> int:
     """The column stride of a column-major batch of n rows: n rounded up to 32 floats (128 bytes), plus 32, so that
-    the columns of a power-of-two batch do not start a power of two apart (the same L2 sets and slices: H100,
-    TensorCoreMLP at 2^20 rows, its deltas kernel writing 32 columns 4 MiB apart took 315 us against 262)."""
+    the columns of a power-of-two batch do not start a power of two apart (the same L2 sets and slices, which
+    slows a kernel writing many columns at once)."""
     return -(-n // 32) * 32 + 32
 
 

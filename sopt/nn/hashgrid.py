@@ -32,7 +32,7 @@ COARSE_FLOATS = 12288   # group-shared floats of hashgrid_coarse_backprop_kernel
                         # tests/nn/test_hashgrid.py checks that the two agree)
 COARSE_THREADS = 512    # its threads per group (COARSE_THREADS there)
 COARSE_GROUPS = 16      # its groups where the multiprocessors are unknown (Vulkan)
-COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (H200, 2D 2^18: 110 us with 1, 80 us with 2 or 4)
+COARSE_GROUPS_PER_SM = 2   # groups per multiprocessor on CUDA (faster than 1, as fast as 4)
 COARSE_MAX_LEVELS = 8   # its arguments hold 16 bytes per level, 36 + 16 * 8 = 164 in all: under Vulkan's 256 bytes
                         # of push constants (issue 21's grids have 4 coarse levels in 2D, 1 in 3D)
 MAX_BYTE_ELEMENTS = 2**30   # the kernels address float buffers by 32-bit byte offsets: element indices below 2^30
@@ -102,9 +102,8 @@ def coarse_levels(levels: list[GridLevel], n_features: int) -> int:
 def coarse_kernel_pays(n: int, in_dims: int, groups: int, coarse: list[GridLevel], n_features: int) -> bool:
     """Whether hashgrid_coarse_backprop_kernel is worth its cost for ``n`` samples in ``groups`` groups: the
     per-sample atomics it removes (``n * len(coarse) * 2^in_dims * n_features``) exceed 1.5 times the ones it adds
-    (each group adds every entry of the coarse levels once). Measured on an H200 (train_step_split, GPU us): 3D 2^14
-    is 1:1 and 4% slower with the kernel, 2D 2^14 1.6:1 and even, 3D 2^18 2:1 and 4% faster, 2D 2^18 3:1 and 18%
-    faster."""
+    (each group adds every entry of the coarse levels once): about where the kernel stops costing more than it
+    saves."""
     if not coarse:
         return False
     entries = (coarse[-1].offset + coarse[-1].size) * n_features
@@ -190,7 +189,7 @@ class HashGridEncoding(Module):
 
     ``gradient_precision="float16"`` (tiny-cuda-nn's fp16 gradients): the same three passes, but the terms
     ``w dL/dy 2^S`` are summed in float16, each pair of features with one packed atomic (half the atomics and half
-    the memory traffic of float32 sums: H200, 3D, 2^18 samples, the backward kernel 826 -> 412 us), S = q -
+    the memory traffic of float32 sums), S = q -
     floor(log2 M) with q from :func:`half_shift_base`; the last pass adds ``sum * 2^-S`` to dL/dtable. Each
     term and each addition rounds to float16 (relative 2^-11), and a sum that overflows float16 is clipped to
     +-65504 * 2^-S. The coarse dense levels stay float32 sums. Needs an even n_features; not with deterministic.
@@ -200,8 +199,8 @@ class HashGridEncoding(Module):
 
     ``output_layout`` (attribute, tiny-cuda-nn's ``set_output_layout``): "row_major" (default) or "column_major",
     y[n, j] at ``j ld + n`` (sopt.nn.batch.column_major): one level per thread group, each warp storing 128
-    contiguous bytes of a column, where row-major output goes through group-shared memory (H100, 2^18 samples:
-    2D forward 97 -> 76 us, 3D 206 -> 194 us). A Sequential sets it to the next module's
+    contiguous bytes of a column, where row-major output goes through group-shared memory (a faster forward). A
+    Sequential sets it to the next module's
     ``preferred_input_layout``; the backward reads dL/dy in either layout.
 
     Args: in_dims 1..4 (2D and 3D are the usual), n_levels 1..32, n_features 1..8, log2_table_size

@@ -1,7 +1,7 @@
 """A sopt buffer's memory as a torch CUDA tensor, zero-copy, on the GPU that holds it.
 
 Not ``Buffer.to_torch()`` / ``Tensor.to_torch()`` of SlangPy 0.43.1: their tensors say ``cuda:0`` whatever the GPU
-(measured on 2 H100s: rank 1's NCCL call then refused the gradient view). torch reads a pointer given through the
+(with two GPUs, rank 1's NCCL call then refused the gradient view). torch reads a pointer given through the
 CUDA Array Interface (v3) as memory of the device it names, so views made here are on the right GPU. Used by
 ``sopt.torch`` (parameters, inputs and outputs) and ``sopt.distributed`` (the gradient all-reduce).
 """

@@ -270,7 +270,7 @@ class Kernel:
         spec = f"<{_generic_text(generic)}>" if generic else ""
         self.label = label if label is not None else f"{self.source.label}:{entry}{spec}"
         # what identifies it, made once: layers look their bound kernels up by Kernel every dispatch (joining the
-        # generic text each time cost ~5 us of a step's host time per lookup)
+        # generic text at each lookup would add to every step's host time)
         self._identity = (self.source.key, self.entry, _generic_text(self.generic))
 
     def specialise(self, *generic: Any, label: str | None = None) -> "Kernel":
@@ -319,8 +319,8 @@ class Kernel:
 
 @functools.lru_cache(maxsize=256)
 def grid_1d(n: int) -> Any:
-    """``spy.grid((n,))``, the call shape of a 1-D launch, made once per ``n`` (building one costs ~2.5 us of host
-    time; a training step launches a few; SlangPy only reads it)."""
+    """``spy.grid((n,))``, the call shape of a 1-D launch, made once per ``n`` (building one costs host time, and a
+    training step launches a few; SlangPy only reads it)."""
     return spy.grid((n,))
 
 

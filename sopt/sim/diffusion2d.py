@@ -74,8 +74,8 @@ class Diffusion2D(Simulator):
         blocking: how :meth:`steps` fuses steps (:class:`~sopt.sim.grid2d.TemporalBlocking`): K <= 8 steps per
             dispatch, forward tiles of up to 4096 region cells ((rows + 2K) x (cols + 2K)), backward tiles of up
             to 2304. The default, K = 8 with 48 x 48 forward and 32 x 32 backward tiles, fills both kernels'
-            groups (64 x 64 and 48 x 48 regions). Why: a dispatch costs ~10 us of host time while the GPU runs
-            a 512 x 512 block in a few, so K should be large (2000 steps: 250 dispatches each way); but the
+            groups (64 x 64 and 48 x 48 regions). Why: a dispatch costs more host time than the GPU takes to run
+            a 512 x 512 block, so K should be large (2000 steps: 250 dispatches each way); but the
             backward keeps K states per cell in registers and a tile recomputes (T + 2K)^2 / T^2 times its own
             work (1.8x forward, 2.25x backward here), which both grow with K.
 

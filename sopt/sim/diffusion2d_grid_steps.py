@@ -5,10 +5,9 @@ it where :meth:`Diffusion2DGridSteps.fits`, else through temporal blocking (sim/
 The dispatch's G groups of T = 512 threads loop over the steps and meet at a grid barrier
 (:mod:`sopt.sim.grid_barrier`) once per step; each thread keeps CELLS cells (the smallest of 1, 2, 4, 8 that
 covers the grid with at most one group per multiprocessor) with their face conductivities and their value or
-dL/du in registers. So it fits grids of up to 8 T (multiprocessors) cells (540672 on an H100) and takes them
-from GRID_MIN_CELLS cells up, where it beats temporal blocking. Measured on an H100, 2000 steps forward and
-backward: 64 x 64 11.2 ms (temporal blocking 29.4), 128 x 128 13.4 (32.0), 256 x 256 12.3 (34.0), 512 x 512
-26.8 (46.9). Tiles copied with their halo into groupshared memory (fewer L2 reads) measured slower.
+dL/du in registers. So it fits grids of up to 8 T (multiprocessors) cells (540672 with 132 multiprocessors) and
+takes them from GRID_MIN_CELLS cells up, where it beats temporal blocking. Tiles copied with their halo into
+groupshared memory (fewer L2 reads) were slower.
 
 Memory: on a tape whose gradient reaches the call, the forward keeps every intermediate state (n - 1 fields
 of H x W floats from the tape's pool; 2 GB for 2000 steps of 512 x 512) and the adjoint reads them back: one

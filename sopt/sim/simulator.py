@@ -178,7 +178,7 @@ class Simulator:
         The default calls :meth:`step` n times (n recorded calls, n dispatches or more); with a ``physics_source``
         it runs the n steps in one forward and one adjoint dispatch of the generic driver
         (:class:`sopt.sim.FusedSteps`). Projectile, SpringSystem and Diffusion2D override it with their own fused
-        kernels (the host cost of a dispatch, ~10 us, would otherwise bound a long rollout); ``rollout`` uses it
+        kernels (the host cost of a dispatch would otherwise bound a long rollout); ``rollout`` uses it
         for every stretch of steps with no observation, window cut or gradient-norm probe inside.
         """
         n = check_int(n, f"{type(self).__name__}.steps n", low=0)

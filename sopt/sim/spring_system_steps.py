@@ -14,9 +14,8 @@ that cannot start). Layouts (:func:`default_layout`):
 
 When every particle has its own thread and none has more than 16 springs, the multi-group kernels keep each
 particle's springs (and in the adjoint the sums of its springs' gradients over the steps) in registers, so a
-step reads only the neighbours' state from the previous step (``*_reg`` kernels). Measured on an H100, 1000
-steps forward and backward: 32 x 32 cloth 8.9 ms on 16 groups (23.0 ms in one group), 128 x 128 9.2 ms on 128
-groups, 20 x 20 8.3 ms on 7 groups (9.5 ms in one), 12 x 12 6.7 ms in one group (9.1 ms on 3).
+step reads only the neighbours' state from the previous step (``*_reg`` kernels). A small cloth runs faster in
+one group and a larger one on several, hence GRID_MIN_PARTICLES.
 
 Why the one-group caps: Slang emits no launch bounds for CUDA, so a group of T threads launches only if its
 kernel needs at most 65536 / T registers per thread; the forward needs 48, the adjoint up to 63 (sm_90), no

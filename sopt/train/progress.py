@@ -7,7 +7,7 @@ time (``sopt.runtime.device.compile_seconds`` did not move) and no newly compile
 time stays the wall-clock time.
 
 :class:`TrainingBar` lives in :mod:`sopt.train.progress_bar` and loads on first use (importing tqdm.auto and its
-asyncio costs ~50 ms of a run's start-up); a run without a bar (``sopt run --no-progress``) uses
+asyncio lengthens a run's start-up); a run without a bar (``sopt run --no-progress``) uses
 :class:`HiddenBar` and never imports tqdm.
 """
 
