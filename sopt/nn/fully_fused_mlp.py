@@ -72,7 +72,8 @@ MAX_WIDTH = 64  # hidden and output features
 # the (encoded) input features padded to 4: above 64, the first layer runs in chunks of <= 64 input columns
 # (_chunk_width), inside the forward kernel and as one backward dispatch per chunk
 MAX_INPUT_WIDTH = 512
-_MAX_BACKWARD_GROUPS = 264  # 2 per SM on an H100: the prefetching backward kernels hold ~210 registers
+_MAX_BACKWARD_GROUPS = 264  # 2 per multiprocessor of a 132-multiprocessor GPU: the prefetching backward kernels
+                            # hold ~210 registers a thread
 _SOURCE = "nn/fully_fused_mlp"
 _FORWARD = Kernel(_SOURCE, "ffmlp_forward_kernel")    # generic: ffmlp_forward's arguments
 _BACKWARD = Kernel(_SOURCE, "ffmlp_backward_kernel")  # generic: ffmlp_backward's arguments
@@ -93,8 +94,7 @@ class _Launch:
 
     Bound once with every member (unread ones: a dummy buffer, zero); :meth:`set` writes only the members given
     that changed (``BoundKernel.set_members``), where a whole-struct ``BoundKernel.set(args=...)`` would compare
-    all ~34 members on every call (~5 us of host time per set on the 2-core lavapipe machine, ~40 us of a fused
-    network's training step)."""
+    all ~34 members on every call, a host cost that a fused network's training step pays several times."""
 
     __slots__ = ("bound",)
 

@@ -8,7 +8,7 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
    checkpoints and ``FullyFusedMLP.params`` interchange) are converted to a half copy of every W_j, zero-padded
    to multiples of 16, and a float copy of the biases, by every forward group as it stages the weights (the
    weights change every optimiser step); group 0 also writes them (``pack_reference``'s layout) for the deltas
-   kernel. A dispatch of its own cost ~15 us of host time a step.
+   kernel. A dispatch of its own would cost host time every step.
 2. forward: tiles of TS = 64 samples, 16 rows per warp; every layer z = W_j a + b_j as half MMAs with float32
    accumulation, the bias and activation applied in float32, the activations kept in group-shared memory as
    half; training saves each hidden layer's half output a_{j+1} and layer 0's half inputs a_0 (x, or its fused
@@ -19,7 +19,7 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
 4. backward, weights: per layer dW_j = sum_n dz_j[n] a_j[n]^T / S as half MMAs over the batch with float32
    accumulation (each group sums its share of the tiles in registers and writes its sums to a row of partial
    sums), and db_j = sum_n dz_j[n] / S (the product with a column of ones), every layer in one dispatch (its y
-   is the layer: a dispatch costs ~15 us of host time, which bounds small batches); ``tcmlp_reduce`` adds the
+   is the layer: a dispatch's host time bounds small batches); ``tcmlp_reduce`` adds the
    rows in a fixed order, so the gradients are the same bits on every run (no float atomics).
 
 Precision: outputs within ~1e-3 relative of FullyFusedMLP's float32 ones. The gradients are those of this
@@ -27,8 +27,8 @@ half-precision forward, exact to ~1e-3 for its own activation states, which are 
 (or LeakyReLU) unit whose pre-activation is within the half operands' rounding of 0 (|z| <~ 1e-3 for 32 ->
 2 x 64 -> 3) can be on here and off in float32. That sample's dL/dx then lacks or gains one unit's term
 W_0[h, :] dz_0[h], which is up to ~15% of max|dL/dx| for 64 units, and the hidden layers' batch-summed weight
-gradients move by a few % (H100, 2^14 samples: 206 of 2^21 units, dL/dx 1.49e-1, hidden dW/db 2-3e-2, all
-reproduced by a numpy emulation of the kernels, which is within 7e-4 of float64 maths through the same states).
+gradients move by a few % (reproduced by a numpy emulation of the kernels, which agrees with float64 maths
+through the same states).
 Smooth activations have no such jumps (tanh: ~5e-4 everywhere).
 
 Network: as FullyFusedMLP: a_0 = x (or, with a fused Frequency encoding, sin/cos(2^k pi x) in its layout),
@@ -174,9 +174,7 @@ class TensorCoreMLP(Module):
     """
 
     # x may have any strides; a hash grid before it writes column-major (see HashGridEncoding.output_layout), which
-    # its float4 column staging reads in as many loads as rows. H100, float16 sums, step GPU time row-major ->
-    # column-major: 2D 2^18 732 -> 714 us, 2^20 2166 -> 2118; 3D 2^18 1119 -> 1131, 2^20 3449 -> 3486 with the
-    # encoding's forward in groups of 4 levels (787 us), which now takes one level per group (736 us)
+    # its float4 column staging reads in as many loads as rows
     preferred_input_layout = "column_major"
 
     def __init__(self, in_features: int, out_features: int, hidden_features: int = 64, hidden_layers: int = 2,

@@ -91,8 +91,7 @@ _CTL_WORDS = _CTL_GROUP_ENDS + MAX_GROUPS + 3 * STATS_GROUPS
 _PASS_NONE, _PASS_STATS, _PASS_SCAN, _PASS_CHECK, _PASS_STATS_CHECK = 0, 1, 2, 3, 4
 _PASS_UNDO = 8   # bit: the double-buffered update's last group undoes a non-finite step (no nonfinite_restore)
 # most float4 vectors of an arena whose update undoes itself: each of its groups then waits for its writes before
-# counting itself done (H100, Adam: +46 us at 2^24 vectors, 65536 groups, against the ~3 us of GPU time and ~15 us
-# of host time of nonfinite_restore's dispatch); 2^20 vectors (4M parameters) cost about that ~3 us
+# counting itself done, and past this size that wait costs more GPU time than nonfinite_restore's own dispatch
 UNDO_MAX_VECTORS = 1 << 20
 RESTORE_GROUPS = 1024  # most thread groups of nonfinite_restore
 _DOUBLE_BUFFERED = (_PASS_CHECK, _PASS_STATS_CHECK)   # passes whose update writes the other side
@@ -303,7 +302,7 @@ class Optimizer(StateDict):
         """Words [16, 24 + MAX_GROUPS) of the control buffer (None when unchanged), every group's kernel fields,
         and a key that changes when either does."""
         # kernel_fields is a function of a group's hyperparameters: derived again only when one of them changed
-        # (it costs ~4 us of host time per step on the 2-core lavapipe machine)
+        # (deriving it every step would add to each step's host time)
         key = self._settings_key()
         values = key[0]
         if self._fields_of is not None and self._fields_of[0] == values:

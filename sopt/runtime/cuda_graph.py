@@ -1,7 +1,7 @@
 """CUDA graphs: record a step's launches once, then replay the whole step with one launch (CUDA device only).
 
-A small training step is bound by the host: every dispatch costs ~10-20 us of Python and driver time while
-the GPU runs it in a few. tiny-cuda-nn and Warp replay CUDA graphs for this (``wp.ScopedCapture`` /
+A small training step is bound by the host: every dispatch costs more Python and driver time than the GPU
+takes to run it. tiny-cuda-nn and Warp replay CUDA graphs for this (``wp.ScopedCapture`` /
 ``wp.capture_launch``; ``torch.cuda.graph``); so does sopt::
 
     graph = sopt.runtime.cuda_graph.capture(trainer.train_step, calls=2)   # the step runs 4 times: 2 + 2 captured

@@ -443,7 +443,8 @@ class BoundKernel:
         self._globals = spy.ShaderCursor(self._root)
         self._entry = self._globals.find_entry_point(0)
         self._values: dict[str, Any] = {}
-        # argument path (name, member, ...) -> its cursor (finding it costs ~2 us of host time; a step writes ~10)
+        # argument path (name, member, ...) -> its cursor (found once: finding one costs host time, and every step
+        # writes several)
         self._fields: dict[tuple[str, ...], spy.ShaderCursor] = {}
         self._nested: set[str] = set()   # struct arguments bound with a struct member (set_members checks deeper)
         self.set(**vars)
@@ -486,7 +487,7 @@ class BoundKernel:
         the same way. A member the struct was not bound with is refused before anything is written."""
         values = self._values.get(name)
         # the common case, every member known of a struct without struct members, takes one C-level subset test
-        # (a training step sets members ~5 times; the full walk cost ~10 us of host time per step)
+        # (a training step sets members several times; the full walk would add to each step's host time)
         if name in self._nested or type(values) is not dict or not values.keys() >= members.keys():
             _check_members((name,), values, members)
         self._write_members((name,), values, members)
@@ -683,7 +684,7 @@ class _Same:
 
 def _torch_stream(index: int) -> int:
     """The handle of torch's current CUDA stream on device ``index`` (the raw pointer: building torch's Stream
-    object for it costs microseconds of host time per submission)."""
+    object for it costs host time at every submission)."""
     from sopt.compat import torch as compat_torch
     return compat_torch.current_raw_stream(index)
 
