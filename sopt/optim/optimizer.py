@@ -556,6 +556,12 @@ class Optimizer(StateDict):
         return int(self._read_ctl()[_CTL_RESULTS])
 
     @property
+    def phase(self) -> int:
+        """The parity of the next step's kernels (its hyperparameter row and control words), which alternates with
+        every recorded step: a captured graph replays only from the phase it was captured in."""
+        return self._attempts % 2
+
+    @property
     def step_count(self) -> int:
         """Steps applied so far (step() calls minus skipped steps; waits for the GPU)."""
         ctl = self._read_ctl()

@@ -176,7 +176,7 @@ class CudaGraph:
         self.replays = 0
         self._exec, self._graph, self._context = exec_handle, graph_handle, context
         self._capture_device = capture_device   # its command buffers hold what the captured copies read
-        self.generation = dev._graph_generation
+        self.generation = dev.graph_generation()
         self._kept = kept                        # every buffer and tensor the captured launches use
 
     def launch(self, inputs: list[tuple[Any, int, Any]] = ()) -> None:   # type: ignore[assignment]
@@ -202,7 +202,7 @@ class CudaGraph:
     def valid(self) -> bool:
         """False once something replaced buffers the captured launches use (an optimiser's load_state_dict, an
         arena that grew, a sampler split: sopt.runtime.device.invalidate_graphs); launching it then raises."""
-        return self.generation == dev._graph_generation
+        return self.generation == dev.graph_generation()
 
     def replay(self, times: int = 1, inputs: list[tuple[Any, int, Any]] = ()) -> None:   # type: ignore[assignment]
         """Run the captured calls ``times`` more times (``times * calls`` calls of the function), each after
@@ -288,7 +288,7 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         raise RuntimeError(f"CUDA graphs need sopt's CUDA device (SOPT_DEVICE=cuda); this one is "
                            f"{dev.device_kind()}")
     _event_record_slot()   # CaptureError now, before any call, where this SlangPy cannot be captured
-    generation = dev._graph_generation
+    generation = dev.graph_generation()
     device = dev.get_device()
     context = _context_handle(device)
     driver = _cuda()
@@ -362,7 +362,7 @@ def capture(fn: Callable[[], Any], calls: int = 2, check: bool = True) -> CudaGr
         dev._dispatches -= dispatches   # counted again by the launch below, as every replay is
         result.launch(inputs)           # the captured calls, run once: the host recorded them
         _live.add(result)
-    if dev._graph_generation != generation:
+    if dev.graph_generation() != generation:
         result.generation = -1   # never launched again: what it captured was replaced while it was captured
         raise CaptureError(f"{getattr(fn, '__qualname__', fn)!r} replaced buffers while it was captured "
                            f"({dev._graph_invalidated_by}); run it once before capturing (both periods ran)")

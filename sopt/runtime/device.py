@@ -634,6 +634,12 @@ def invalidate_graphs(why: str) -> None:
     _graph_invalidated_by = why
 
 
+def graph_generation() -> int:
+    """How many times buffers a captured graph may use were replaced (:func:`invalidate_graphs`): a graph, or a
+    recorded step, from an older generation does not match the buffers of this one."""
+    return _graph_generation
+
+
 def graph_launches() -> int:
     """CUDA graphs launched so far by :mod:`sopt.runtime.cuda_graph` (objects that mirror a GPU counter on the host, such
     as BatchSampler's step, rewrite it after a launch)."""
@@ -695,8 +701,8 @@ def synchronize() -> None:
 
 
 __all__: Sequence[str] = (
-    "BoundKernel", "DeviceUnavailableError", "FirstUse", "cache_dir", "compile_seconds", "compiles", "compiling", "count_dispatch",
-    "capturing", "create_command_encoder", "device_kind", "disk_cache", "dispatch_count", "get_device",
-    "graph_launches", "invalidate_graphs", "kernels_used", "slang_lib_path", "stream_handle", "submit", "synchronize",
-    "torch_device_index", "upload",
+    "BoundKernel", "DeviceUnavailableError", "FirstUse", "cache_dir", "capturing", "compile_seconds", "compiles",
+    "compiling", "count_dispatch", "create_command_encoder", "device_kind", "disk_cache", "dispatch_count",
+    "get_device", "graph_generation", "graph_launches", "invalidate_graphs", "kernels_used", "slang_lib_path",
+    "stream_handle", "submit", "synchronize", "torch_device_index", "upload",
 )

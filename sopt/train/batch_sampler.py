@@ -186,6 +186,12 @@ class BatchSampler:
             dev.submit(encoder)
         return self.batch
 
+    @property
+    def phase(self) -> int:
+        """The parity of the next draw's counter word, which alternates with every recorded draw (a captured graph
+        replays only from the phase it was captured in)."""
+        return self._draws % 2
+
     def __repr__(self) -> str:
         return (f"BatchSampler(n_rows={self.n_rows}, in_dim={self.in_dim}, out_dim={self.out_dim}, "
                 f"batch_size={self.batch_size}, seed={self.seed}"

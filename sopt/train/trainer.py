@@ -280,7 +280,7 @@ class Trainer:
             self.data_parallel.reduce_gradients(tape, self.optimizer)
         self.optimizer.step(tape.encoder)
         tape.submit()
-        self._recorded_in = device._graph_generation
+        self._recorded_in = device.graph_generation()
         self._step_scheduler()
         self.step += 1
         return loss
@@ -299,12 +299,12 @@ class Trainer:
             self._graph = None
             self._recorded_in = -1
         if self.cuda_graph and n and cuda_graph.is_supported():
-            if self._graph is None and self._recorded_in != device._graph_generation and n >= 5:
+            if self._graph is None and self._recorded_in != device.graph_generation() and n >= 5:
                 # a first step, or the first after buffers were replaced (an optimiser's load_state_dict), does
                 # one-off work (the optimiser's layout upload, the sampler's counter): not in the checked periods
                 loss = self.train_step()
                 n -= 1
-            if self._graph is None and self._recorded_in == device._graph_generation and n >= 4:
+            if self._graph is None and self._recorded_in == device.graph_generation() and n >= 4:
                 losses: list[Any] = []
 
                 def step() -> None:
@@ -345,8 +345,8 @@ class Trainer:
     def _phase(self) -> tuple[int, ...]:
         """What alternates with every recorded step: a replay must start where the capture started."""
         arena = getattr(self.optimizer, "arena", None)
-        return (self._recorded % 2, getattr(self.optimizer, "_attempts", 0) % 2, getattr(arena, "side", 0),
-                getattr(self.sampler, "_draws", 0) % 2)
+        return (self._recorded % 2, getattr(self.optimizer, "phase", 0), getattr(arena, "side", 0),
+                getattr(self.sampler, "phase", 0))
 
     def stop(self, reason: str, *, from_outside: bool = False) -> None:
         """Ask ``fit`` to end after the current step (EarlyStopping): that step becomes a metrics step whose

@@ -74,17 +74,23 @@ def whole(tmp_path_factory) -> pathlib.Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def stopped(tmp_path_factory, own_sigterm_module) -> pathlib.Path:
-    """The same run stopped by SIGTERM after step 13 (checkpointed there, status interrupted); copy before use."""
-    out = tmp_path_factory.mktemp("stopped") / "run"
+def train_step_then_sigterm(at: int) -> Any:
+    """Trainer.train_step that raises SIGTERM in this process after step ``at``, as a user's kill would."""
     original = Trainer.train_step
 
     def train_step(self: Trainer) -> Any:
         loss = original(self)
-        if self.step == STOP_AT:
+        if self.step == at:
             signal.raise_signal(signal.SIGTERM)
         return loss
+    return train_step
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory, own_sigterm_module) -> pathlib.Path:
+    """The same run stopped by SIGTERM after step 13 (checkpointed there, status interrupted); copy before use."""
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    train_step = train_step_then_sigterm(STOP_AT)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Trainer, "train_step", train_step)
@@ -357,13 +363,7 @@ def test_resume_with_a_changed_input_file_is_refused_unless_accepted_and_then_re
     data = tmp_path / "speed.txt"
     data.write_text("8.0\n", encoding="utf-8")
     run = tmp_path / "run"
-    original = Trainer.train_step
-
-    def train_step(self: Trainer) -> Any:
-        loss = original(self)
-        if self.step == STOP_AT:
-            signal.raise_signal(signal.SIGTERM)
-        return loss
+    train_step = train_step_then_sigterm(STOP_AT)
 
     argv = ["run", "--problem", "tests.experiments.input_problem:DataBall", *RUN, f"data={data}", "--out", str(run),
             "--no-progress"]
