@@ -55,15 +55,15 @@ def accuracy(ff: FullyFusedMLP, tc: TensorCoreMLP, n: int, rng: np.random.Genera
     x_np = rng.uniform(-1, 1, (n, IN)).astype(np.float32)
     dy_np = (rng.standard_normal((n, OUT)) / n).astype(np.float32)
     (y_ff, dx_ff, g_ff), (y_tc, dx_tc, g_tc) = (vjp(m, x_np, dy_np) for m in (ff, tc))
-    g_ff, g_tc = g_ff["params"], g_tc["params"]
     rows = [("y", rel(y_tc, y_ff))]
-    for j, ((w_tc, b_tc), (w_ff, b_ff)) in enumerate(zip(ff.layer_slices(g_tc), ff.layer_slices(g_ff))):
+    for j in range(len(ff.layers)):   # vjp's gradients are keyed per layer ("0.weight", "0.bias", ...)
+        (w_tc, b_tc), (w_ff, b_ff) = ((g[f"{j}.weight"], g[f"{j}.bias"]) for g in (g_tc, g_ff))
         rows += [(f"dL/dW_{j}", rel(w_tc, w_ff)), (f"dL/db_{j}", rel(b_tc, b_ff))]
     rows.append(("dL/dx", rel(dx_tc, dx_ff)))
     print(f"accuracy at n = {n} (relative to FullyFusedMLP float32, max|diff| / max|ff|):")
     for name, e in rows:
         print(f"  {name:10s} {e:.2e}")
-    last = len(ff.layer_slices(g_ff)) - 1
+    last = len(ff.layers) - 1
     judged = ("y", f"dL/dW_{last}", f"dL/db_{last}")
     return max(e for name, e in rows if name in judged)
 

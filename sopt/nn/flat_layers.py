@@ -6,7 +6,9 @@ layer's input is padded (to a multiple of 4), with zero columns. A *layout* is t
 ``(padded in, logical in, out, offset)`` per layer that :func:`flat_layout` gives, and the functions here cut a
 flat vector into per-layer arrays named like an MLP's (``"{k}.weight"`` (out, in), ``"{k}.bias"`` (out,)) and
 back, so the two networks' ``state_dict()`` have the same keys and shapes for the same sizes (a checkpoint of one
-loads into the other) and :func:`state_shapes` tells those keys and shapes without a device.
+loads into the other) and :func:`state_shapes` tells those keys and shapes without a device. :func:`layer_windows`
+names the same per-layer arrays as windows of the flat Parameter (sopt.autodiff.parameter_window): what the
+networks' ``named_parameters()`` give.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from collections import OrderedDict
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from sopt.autodiff.parameter import Parameter
+from sopt.autodiff.parameter_window import ParameterWindow, make_windows
 
 # (padded in, logical in, out, offset in floats) of one layer
 LayerLayout = tuple[int, int, int, int]
@@ -61,6 +66,15 @@ def state_shapes(layout: Sequence[LayerLayout], first: int = 0) -> "OrderedDict[
     return shapes
 
 
+def layer_windows(base: Parameter, layout: Sequence[LayerLayout], first: int = 0) -> list[ParameterWindow]:
+    """W_j (out, logical in; rows of padded in) and b_j (out,) per layer of ``layout`` as windows of the flat
+    ``base``, keyed as :func:`state_names` and named as a Linear's Parameters (``"weight"``, ``"bias"``)."""
+    specs = []
+    for (wk, bk), (i_pad, i_log, o, off) in zip(state_names(len(layout), first), layout):
+        specs += [("weight", wk, (o, i_log), (i_pad, 1), off), ("bias", bk, (o,), (1,), off + o * i_pad)]
+    return make_windows(base, specs)
+
+
 def layer_slices(layout: Sequence[LayerLayout], flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """(W_j (out, logical in), b_j (out,)) per layer, copies cut from ``flat``."""
     return [(flat[off:off + o * i_pad].reshape(o, i_pad)[:, :i_log].copy(),
@@ -78,7 +92,7 @@ def flatten(layout: Sequence[LayerLayout], layers: Sequence[tuple[np.ndarray, np
 
 def as_state_dict(layout: Sequence[LayerLayout], flat: np.ndarray,
                   first: int = 0) -> "OrderedDict[str, np.ndarray]":
-    """A flat vector laid out as ``layout`` (a network's values, its gradient, vjp's ``grads["params"]``) as
+    """A flat vector laid out as ``layout`` (a network's values, its gradient) as
     per-layer arrays keyed as the network's ``state_dict()``."""
     state: OrderedDict[str, np.ndarray] = OrderedDict()
     for (wk, bk), (w, b) in zip(state_names(len(layout), first), layer_slices(layout, flat)):

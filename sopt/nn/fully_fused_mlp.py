@@ -30,17 +30,18 @@ Network, for hidden layers j = 0..L-1 and the output layer L::
     a_{j+1} = act(W_j a_j + b_j)  (hidden_features)
     y = out_act(W_L a_L + b_L)    (out_features)
 
-Parameters: one flat Parameter ``params`` holding, layer after layer, W_j (out x padded in, row-major) then
-b_j, each layer starting at a multiple of 4 floats (``layer_slices`` gives each layer's views; padding columns
-zero). ``named_parameters()`` is that one Parameter (what optimisers and sopt.save/load see, so checkpoints
-keep their layout); ``state_dict()`` / ``load_state_dict()`` instead give per-layer arrays named like an
-``MLP``'s: ``"{k}.weight"`` (out, in) and ``"{k}.bias"`` for layer k, with k counted from 1 when a frequency
-encoding is fused (MLP's encoding is its module 0). Initialised like MLP (Kaiming for ReLU / LeakyReLU hidden
-layers, SIREN for Sine, torch.nn.Linear's default otherwise). Sizes: hidden_features and out_features
-must be <= 64 (registers and groupshared tiles); the (encoded) input width padded to 4 up to 512: above 64
-(tiny-cuda-nn accepts any width too), the first layer's product runs over its inputs in chunks of <= 64
-columns (each chunk's features encoded and weight columns staged in turn), and its backward pass is one
-dispatch per chunk.
+Parameters: one flat Parameter ``params`` holding, layer after layer, W_j (out x padded in, row-major) then b_j,
+each layer starting at a multiple of 4 floats (``layer_slices`` gives each layer's views; padding columns zero): the
+storage the kernels read and an optimiser's arena holds. Every path names the layers as an ``MLP`` does:
+``named_parameters()`` gives ``"{k}.weight"`` (out, in) and ``"{k}.bias"`` for layer k, with k counted from 1 when a
+frequency encoding is fused (MLP's encoding is its module 0), each a window of ``params``
+(sopt.autodiff.parameter_window.ParameterWindow), and ``state_dict()``, ``vjp``'s gradients, ``gradcheck``,
+optimiser groups and state, ``sopt.save``/``load`` and sopt.torch use those names and shapes. Initialised like MLP
+(Kaiming for ReLU / LeakyReLU hidden layers, SIREN for Sine, torch.nn.Linear's default otherwise). Sizes:
+hidden_features and out_features must be <= 64 (registers and groupshared tiles); the (encoded) input width padded
+to 4 up to 512: above 64 (tiny-cuda-nn accepts any width too), the first layer's product runs over its inputs in
+chunks of <= 64 columns (each chunk's features encoded and weight columns staged in turn), and its backward pass is
+one dispatch per chunk.
 """
 
 from __future__ import annotations
@@ -227,6 +228,7 @@ class FullyFusedMLP(Module):
         self.layers, _ = flat_layers.flat_layout(encoded, hidden_features, hidden_layers, out_features)
         widths = [encoded] + [hidden_features] * hidden_layers + [out_features]
         self.params = Parameter(self._flatten(initial_layer_weights(widths, act, out_act, True, seed)), name="params")
+        self._windows = tuple(flat_layers.layer_windows(self.params, self.layers, self._first_state_index()))
         # the output layer's backward runs inside the last hidden layer's kernel (no dL/dz round trip through
         # memory) when it has <= 4 outputs and the last hidden layer is not layer 0
         self._fold_top = out_features <= 4 and hidden_layers >= 2
@@ -258,7 +260,12 @@ class FullyFusedMLP(Module):
 
     # -- parameters ----------------------------------------------------------------------------------------------
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
-        yield "params", self.params
+        """Per-layer ``("{k}.weight", W_k)``, ``("{k}.bias", b_k)``: windows of the flat ``params``."""
+        for w in self._windows:
+            yield w.key, w
+
+    def storage_parameters(self) -> list[Parameter]:
+        return [self.params]
 
     def _first_state_index(self) -> int:
         """The module index of layer 0 in ``state_dict()``'s keys (MLP's names: its layer k is module k, or k + 1
@@ -266,13 +273,13 @@ class FullyFusedMLP(Module):
         return 1 if self.n_frequencies else 0
 
     def state_dict(self) -> "OrderedDict[str, np.ndarray]":
-        """Per-layer float32 copies named and shaped as an MLP's of the same sizes (``"0.weight"`` (out, in),
-        ``"0.bias"``, ...; see the module docstring): not ``named_parameters()``'s one flat ``params``."""
+        """Per-layer float32 copies keyed as ``named_parameters()`` (an MLP's of the same sizes: ``"0.weight"``
+        (out, in), ``"0.bias"``, ...), read in one download of ``params``."""
         return self.as_state_dict(self.params.numpy())
 
     def as_state_dict(self, flat: np.ndarray) -> "OrderedDict[str, np.ndarray]":
-        """A flat vector laid out as ``params`` (its values, its gradient ``params.grad_numpy()``, vjp's
-        ``grads["params"]``) as per-layer arrays keyed as ``state_dict()``."""
+        """A flat vector laid out as ``params`` (its values, its gradient ``params.grad_numpy()``) as per-layer
+        arrays keyed as ``state_dict()``."""
         return flat_layers.as_state_dict(self.layers, flat, self._first_state_index())
 
     def _load_state(self, values: dict[str, np.ndarray]) -> None:

@@ -16,8 +16,9 @@ Contract:
   the derivatives read), plus the reductions their parameter gradients need.
 - ``parameters()``: the Parameters, in a fixed order; ``named_parameters()``: (name, Parameter) pairs.
 - ``state_dict()`` / ``load_state_dict(sd, strict=True)``: torch's, with float32 numpy arrays; keys are
-  ``named_parameters()``'s unless a module documents otherwise (FullyFusedMLP: per-layer weights and biases
-  named like MLP's, views of its one flat Parameter).
+  ``named_parameters()``'s. One name per parameter: FullyFusedMLP and TensorCoreMLP keep every layer in one
+  flat Parameter for their kernels, and name each layer's weight and bias as an MLP does (``"0.weight"``,
+  ``"0.bias"``, ...), as windows of it (sopt.autodiff.parameter_window), everywhere a parameter is named.
 - ``in_features`` / ``out_features``: the sizes of the last dimension in and out; None for a module that
   accepts any size and preserves it (the element-wise activations).
 
@@ -87,6 +88,11 @@ class Module:
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
+    def storage_parameters(self) -> list[Parameter]:
+        """The Parameters holding this module's values, whose versions a tape checks: ``parameters()``, or for a
+        module whose parameters are windows of one flat Parameter, that Parameter."""
+        return self.parameters()
+
     def state_dict(self) -> "OrderedDict[str, np.ndarray]":
         """Host float32 copies of the parameters by name (torch's ``Module.state_dict``); keys as
         ``named_parameters()``. Waits for the GPU."""
@@ -148,5 +154,5 @@ class Module:
             x = as_batch(x, getattr(self, "in_features", None), type(self).__name__)
         y = self.forward(x, tape.encoder)
         tape.record(type(self).__name__, _recorded, lambda enc, redirect: self.backward(redirect[0], y, enc),
-                    reads=[x], writes=[y], write_grads=[x], params=self.parameters())
+                    reads=[x], writes=[y], write_grads=[x], params=self.storage_parameters())
         return y

@@ -4,11 +4,11 @@ tiny-cuda-nn's scheme: half-precision operands, float32 accumulation, float32 ma
 (slang_lib/nn/tensor_core_mlp.slang) are PTX ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` products with
 ``ldmatrix`` operand loads (CUDA inline assembly). Per step:
 
-1. packing: the float32 master parameters (``params``, FullyFusedMLP's flat layout, so optimisers,
-   checkpoints and ``FullyFusedMLP.params`` interchange) are converted to a half copy of every W_j, zero-padded
-   to multiples of 16, and a float copy of the biases, by every forward group as it stages the weights (the
-   weights change every optimiser step); group 0 also writes them (``pack_reference``'s layout) for the deltas
-   kernel. A dispatch of its own would cost host time every step.
+1. packing: the float32 master parameters (``params``, FullyFusedMLP's flat layout, named per layer as
+   FullyFusedMLP's and an MLP's are, so optimisers, checkpoints and state_dicts interchange) are converted to a half
+   copy of every W_j, zero-padded to multiples of 16, and a float copy of the biases, by every forward group as it
+   stages the weights (the weights change every optimiser step); group 0 also writes them (``pack_reference``'s
+   layout) for the deltas kernel. A dispatch of its own would cost host time every step.
 2. forward: tiles of TS = 64 samples, 16 rows per warp; every layer z = W_j a + b_j as half MMAs with float32
    accumulation, the bias and activation applied in float32, the activations kept in group-shared memory as
    half; training saves each hidden layer's half output a_{j+1} and layer 0's half inputs a_0 (x, or its fused
@@ -211,6 +211,7 @@ class TensorCoreMLP(Module):
         self.layers, self._n_params = flat_layout(features, hidden_features, hidden_layers, out_features)
         self.params = Parameter(initial_flat(features, hidden_features, hidden_layers, out_features, act, out_act,
                                              seed), name="params")
+        self._windows = tuple(flat_layers.layer_windows(self.params, self.layers, self._first_state_index()))
         self._shapes = packed_shapes(features, hidden_features, hidden_layers, out_features)
         sizes = (features, align(features, 16), hidden_features, out_features, align(out_features, 16),
                  hidden_layers)
@@ -229,7 +230,17 @@ class TensorCoreMLP(Module):
         self._forwarded: tuple | None = None   # _tensor_key of (x, y) of the last training forward
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
-        yield "params", self.params
+        """Per-layer ``("{k}.weight", W_k)``, ``("{k}.bias", b_k)`` as FullyFusedMLP's: windows of the flat
+        ``params``."""
+        for w in self._windows:
+            yield w.key, w
+
+    def storage_parameters(self) -> list[Parameter]:
+        return [self.params]
+
+    def _first_state_index(self) -> int:
+        """The module index of layer 0 in the parameter names: 1 after a fused frequency encoding (MLP's module 0)."""
+        return 1 if self.n_frequencies else 0
 
     def layer_slices(self, flat: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """(W_j (out, in), b_j) per layer cut from ``flat`` (default: the current values)."""
@@ -359,19 +370,19 @@ class TensorCoreMLP(Module):
             loss_scale=self.loss_scale)
 
     def state_dict(self) -> "OrderedDict[str, np.ndarray]":
-        """Per-layer float32 copies named and shaped as FullyFusedMLP's (and an MLP's) of the same sizes without an
-        encoding: ``"0.weight"`` (out, in), ``"0.bias"``, ... (sopt.nn.flat_layers), not ``named_parameters()``'s
-        one flat ``params``; so a state_dict of either network loads into the other."""
+        """Per-layer float32 copies keyed as ``named_parameters()`` (FullyFusedMLP's and an MLP's of the same sizes:
+        ``"0.weight"`` (out, in), ``"0.bias"``, ..., from ``"1.weight"`` after a fused encoding), read in one
+        download of ``params``; so a state_dict of either network loads into the other."""
         return self.as_state_dict(self.params.numpy())
 
     def as_state_dict(self, flat: np.ndarray) -> "OrderedDict[str, np.ndarray]":
-        """A flat vector laid out as ``params`` (its values, its gradient, vjp's ``grads["params"]``) as per-layer
-        arrays keyed as ``state_dict()``."""
-        return flat_layers.as_state_dict(self.layers, flat)
+        """A flat vector laid out as ``params`` (its values, its gradient) as per-layer arrays keyed as
+        ``state_dict()``."""
+        return flat_layers.as_state_dict(self.layers, flat, self._first_state_index())
 
     def _load_state(self, values: dict[str, np.ndarray]) -> None:
         """Write the checked per-layer ``values`` into the flat ``params`` (layers absent from ``values`` keep theirs)."""
-        self.params.load(flat_layers.load_state(self.layers, self.params.numpy(), values))
+        self.params.load(flat_layers.load_state(self.layers, self.params.numpy(), values, self._first_state_index()))
 
     def load_layers(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Set every (W_j, b_j) from arrays shaped (out, in) and (out,), e.g. copied from torch.nn.Linear."""

@@ -14,8 +14,8 @@ runs sopt's backward kernels through a ``torch.autograd.Function`` into ``x.grad
 A NaN in a row of ``x`` makes that row's output NaN, as torch's layers do; an empty batch (0 rows) gives an empty
 ``(0, out_features)`` output and, backward, an empty ``x.grad`` and zero parameter gradients, with no GPU work.
 
-Parameters: torch Parameters named as ``module.state_dict()``'s keys (``"0.weight"``; a FullyFusedMLP's per-layer
-``"0.weight"``, ``"0.bias"``, ... are strided windows of its one flat Parameter), so ``state_dict()``,
+Parameters: torch Parameters named as ``module.named_parameters()`` (``"0.weight"``; a FullyFusedMLP's per-layer
+``"0.weight"``, ``"0.bias"``, ... are strided windows of its one flat Parameter, as in sopt), so ``state_dict()``,
 ``load_state_dict``, ``torch.save``, torch optimisers, schedulers and ``torch.amp.GradScaler`` work on them.
 On CUDA (sopt sharing torch's context, see sopt.torch.placement) they are zero-copy views of the sopt
 Parameters' memory: an update by a torch optimiser is what the sopt module computes with next, with no copy.

@@ -12,10 +12,11 @@ around every ``step``:
   the step is submitted and the new values downloaded into the torch parameters (one wait for the GPU per
   step; a warning names the cost once). The step cannot be recorded into a caller's encoder then.
 
-A TorchModule's parameters (windows of its sopt module's Parameters) bring the sopt Parameter itself, so the
-module computes with the arena's values; their ``.grad`` stay torch tensors of their own (the module's backward
-uses the sopt gradients as scratch) and are copied into the arena before each step. After a step every linked
-torch parameter's gradient is zero (sopt's zero-on-step), or None where it was a tensor of its own.
+A TorchModule's parameters bring the sopt Parameters they are (``"0.weight"`` of a FullyFusedMLP: its sopt window of
+the flat Parameter, sopt.autodiff.parameter_window), so the optimiser's groups and state name them as the module
+does and the module computes with the arena's values; their ``.grad`` stay torch tensors of their own (the module's
+backward uses the sopt gradients as scratch) and are copied into the arena before each step. After a step every
+linked torch parameter's gradient is zero (sopt's zero-on-step), or None where it was a tensor of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 
 from sopt.autodiff import tape as tp
 from sopt.autodiff.parameter import Parameter
+from sopt.autodiff.parameter_window import storage_of
 from sopt.torch import placement
 from sopt.torch.parameter_views import ParameterView, WindowCache, _contiguous
 from sopt.torch.registry import module_parameter
@@ -39,11 +41,12 @@ _links: "weakref.WeakKeyDictionary[Parameter, list[tuple[torch.Tensor, Parameter
 
 
 def adopt(items: list[Any], where: str) -> list[Any]:
-    """``items`` with every torch tensor replaced by the sopt Parameter it stands for (a TorchModule's: its sopt
-    Parameter, once for all its windows; any other: a new Parameter holding its values). Checked first: float32,
-    on the device sopt can read (ValueError naming ``where[i]``)."""
+    """``items`` with every torch tensor replaced by the sopt Parameter it stands for (a TorchModule's: the sopt
+    Parameter of that name, a window of its module's flat one for FullyFusedMLP; any other: a new Parameter holding
+    its values). Checked first: float32, on the device sopt can read (ValueError naming ``where[i]``)."""
     out: list[Any] = []
-    index: dict[int, Parameter] = {}
+    index: dict[int, Parameter] = {}   # the Parameters given, by id
+    linked: set[int] = set()            # the Parameters holding them (a window's base), by id
     for i, item in enumerate(items):
         if not isinstance(item, torch.Tensor):
             out.append(item)
@@ -51,13 +54,16 @@ def adopt(items: list[Any], where: str) -> list[Any]:
         placement.check_tensor(item, f"{where}[{i}] (a torch parameter)")
         owned = module_parameter(item)
         if owned is not None:
-            p, view, alias = owned[1].parameter, owned[1], False
+            view, alias = owned[1], False
+            p, given = view.parameter, view.source if view.source is not None else view.parameter
         else:
-            p = Parameter(item.detach().cpu().numpy(), name=f"torch.{i}")
+            p = given = Parameter(item.detach().cpu().numpy(), name=f"torch.{i}")
             view, alias = ParameterView(p.name, p, p.shape, _contiguous(p.shape), 0), True
-        if id(p) not in index:
-            index[id(p)] = p
-            out.append(p)
+        if id(given) not in index:
+            index[id(given)] = given
+            out.append(given)
+        if id(p) not in linked:
+            linked.add(id(p))
             _links[p] = []
         _links[p].append((item, view, alias))
     return out
@@ -67,7 +73,8 @@ def link_for(params: list[Parameter]) -> "OptimizerLink | None":
     """The link of an optimiser over ``params`` when some were adopted, else None; checked before its arena is
     made: ValueError when only some of a TorchModule's windows of one Parameter were given (the step would move
     the others too). Call :meth:`OptimizerLink.after_step` once the arena holds them."""
-    entries = [(p, _links[p]) for p in params if p in _links]
+    storage = list({id(sp): sp for sp in map(storage_of, params)}.values())   # a window's base once
+    entries = [(p, _links[p]) for p in storage if p in _links]
     if not entries:
         return None
     for p, linked in entries:
@@ -78,7 +85,7 @@ def link_for(params: list[Parameter]) -> "OptimizerLink | None":
             if missing:
                 raise ValueError(f"the optimiser was given some of a TorchModule's parameters that share one sopt "
                                  f"Parameter but not {missing}; a step updates all of them: pass them all")
-    return OptimizerLink(entries, complete=len(entries) == len(params))
+    return OptimizerLink(entries, complete=len(entries) == len(storage))
 
 
 class OptimizerLink:

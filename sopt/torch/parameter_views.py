@@ -1,10 +1,10 @@
 """Which part of which sopt Parameter each torch parameter of a wrapped module is.
 
-A wrapped module's torch parameters are named as its ``state_dict()``'s keys. Usually a key is a Parameter
-(``"0.weight"``), seen whole; ``FullyFusedMLP`` keeps one flat Parameter and names per-layer weights and biases,
-each a strided window of it (its rows padded to a multiple of 4). :func:`parameter_views` describes every key
-as an ``as_strided`` window (shape, strides, first element) of its Parameter's flat values, which applies
-equally to the values and to the gradient.
+A wrapped module's torch parameters are named as its ``named_parameters()`` (``"0.weight"``). Usually a name is a
+Parameter, seen whole; ``FullyFusedMLP`` and ``TensorCoreMLP`` name per-layer weights and biases that are windows
+of their one flat Parameter (sopt.autodiff.parameter_window: strided, their rows padded to a multiple of 4).
+:func:`parameter_views` describes every name as an ``as_strided`` window (shape, strides, first element) of the
+Parameter holding it, which applies equally to the values and to the gradient.
 """
 
 from __future__ import annotations
@@ -13,23 +13,25 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 import slangpy as spy
 import torch
 
 from sopt.autodiff.parameter import Parameter
+from sopt.autodiff.parameter_window import ParameterWindow
 from sopt.torch import arrays
 
 
 @dataclass(frozen=True)
 class ParameterView:
-    """``key``'s window of ``parameter``: ``flat.as_strided(shape, strides, first)`` of its flat values."""
+    """``key``'s window of ``parameter``: ``flat.as_strided(shape, strides, first)`` of its flat values. ``source``:
+    the sopt Parameter named ``key`` (a ParameterWindow of ``parameter``, or ``parameter``; None: ``parameter``)."""
 
     key: str
     parameter: Parameter
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     first: int
+    source: Parameter | None = field(default=None, repr=False, compare=False)
     # the whole Parameter, contiguous: a plain view (cheaper than as_strided); set from the fields above
     whole: bool = field(init=False, repr=False, compare=False)
 
@@ -77,41 +79,12 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def parameter_views(module: Any) -> list[ParameterView]:
-    """One view per key of ``module.state_dict()`` (see the module docstring). ValueError for a key that is neither
-    a Parameter nor a strided window of one (the module's ``as_state_dict`` of the element indices tells)."""
-    named = dict(module.named_parameters())
-    keys = list(module.state_dict().keys())
+    """One view per ``module.named_parameters()`` entry (see the module docstring): a ParameterWindow as its window
+    of its base, any other Parameter whole."""
     views = []
-    windows = None
-    for key in keys:
-        p = named.get(key)
-        if p is not None:
+    for key, p in module.named_parameters():
+        if isinstance(p, ParameterWindow):
+            views.append(ParameterView(key, p.base, p.shape, p.strides, p.first, p))
+        else:
             views.append(ParameterView(key, p, p.shape, _contiguous(p.shape), 0))
-            continue
-        if windows is None:
-            windows = _windows(module, named)
-        if key not in windows:
-            raise ValueError(f"sopt.torch: {type(module).__name__}.state_dict() key {key!r} is not one of its "
-                             f"Parameters ({sorted(named)}) nor a window of one; it cannot become a torch parameter")
-        views.append(windows[key])
     return views
-
-
-def _windows(module: Any, named: dict[str, Parameter]) -> dict[str, ParameterView]:
-    """Keys of a module that names windows of its one flat Parameter (``as_state_dict(flat)``), as strided views."""
-    if len(named) != 1 or not hasattr(module, "as_state_dict"):
-        return {}
-    (p,) = named.values()
-    indices = module.as_state_dict(np.arange(p.size, dtype=np.float64))
-    out = {}
-    for key, idx in indices.items():
-        idx = np.asarray(idx, np.int64)
-        first = int(idx.flat[0])
-        strides = tuple(int(idx[tuple(1 if d == k else 0 for d in range(idx.ndim))] - first) if idx.shape[k] > 1 else 1
-                        for k in range(idx.ndim))
-        grid = first + sum(np.arange(n).reshape([-1 if d == k else 1 for d in range(idx.ndim)]) * s
-                           for k, (n, s) in enumerate(zip(idx.shape, strides)))
-        if not np.array_equal(grid, idx):
-            continue
-        out[key] = ParameterView(key, p, tuple(idx.shape), strides, first)
-    return out

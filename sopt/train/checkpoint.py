@@ -12,7 +12,11 @@ name->Parameter dict gives (qualified, e.g. ``"0.weight"``) when both the saving
 one, else each Parameter's ``name``. When the keys are unique, each saved parameter goes to the parameter of
 the same key, in whatever order they are given; when they are not (two Linear layers' ``"weight"``s, say),
 parameters are matched by position and must agree in name and shape position by position. Any other
-difference raises, listing the missing and unexpected names.
+difference raises, listing the missing and unexpected names. A module whose parameters are windows of one flat
+Parameter (FullyFusedMLP, TensorCoreMLP: ``"0.weight"``, ``"0.bias"``, ... of ``params``) saves them per window,
+as an MLP's; a checkpoint saved when such a module named its one flat Parameter instead (``"params"``, ``"1.params"``
+in a Sequential) still loads: that entry, of the flat Parameter's shape, is read as its windows, and its optimiser
+state likewise.
 
 :func:`load` checks everything (archive, metadata, every array's dtype and shape, parameter names and shapes,
 the optimiser's and scheduler's state through their own checks) before changing anything: any problem raises
@@ -42,6 +46,7 @@ import numpy as np
 from sopt.utils import atomic_write
 from sopt.utils.nesting import text_depth
 from sopt.autodiff.parameter import Parameter, parameters_of
+from sopt.autodiff.parameter_window import ParameterWindow
 from sopt.utils.regular_file import NotRegularFileError, open_regular
 from sopt.utils.validation import as_float32_array
 
@@ -338,6 +343,121 @@ class _Ref:
         self.name = name
 
 
+class _Cut:
+    """A window's elements (``index``, flat) of an array member of ``shape``: the flat Parameter of windowed
+    parameters saved whole (see the module docstring), standing in for the window's array (unhashable)."""
+    __slots__ = ("name", "shape", "index")
+    __hash__ = None   # type: ignore[assignment]
+
+    def __init__(self, name: str, shape: tuple[int, ...], index: np.ndarray) -> None:
+        self.name, self.shape, self.index = name, shape, index
+
+
+def _resolve(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """Placeholders (:class:`_Ref`, :class:`_Cut`) inside nested dicts/lists/tuples replaced by their arrays."""
+    if isinstance(obj, _Ref):
+        return arrays[obj.name]
+    if isinstance(obj, _Cut):
+        return arrays[obj.name].reshape(-1)[obj.index]
+    if isinstance(obj, dict):
+        return {k: _resolve(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_resolve(v, arrays) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_resolve(v, arrays) for v in obj)
+    return obj
+
+
+def _window_families(keyed: list[tuple[str, Parameter]],
+                     use_key: bool) -> list[tuple[str, Parameter, list[tuple[str, ParameterWindow]]]]:
+    """(the name its flat Parameter had when saved whole, that Parameter, [(key, window)] in the module's order)
+    for every flat Parameter whose windows are all given: with qualified keys the windows' common prefix
+    (``"1."`` of ``"1.0.weight"``) before the flat Parameter's name, else its name."""
+    by_base: dict[int, list[tuple[str, ParameterWindow]]] = {}
+    for key, p in keyed:
+        if isinstance(p, ParameterWindow):
+            by_base.setdefault(id(p.base), []).append((key, p))
+    families = []
+    for items in by_base.values():
+        base, siblings = items[0][1].base, items[0][1].siblings
+        given = {id(w): key for key, w in items}
+        if set(given) != {id(w) for w in siblings}:
+            continue
+        if use_key:
+            legacy = {key[:len(key) - len(w.key)] + base.name if key.endswith(w.key) else None for key, w in items}
+            if len(legacy) != 1 or None in legacy:
+                continue
+            (name,) = legacy
+        else:
+            name = base.name
+        families.append((name, base, [(given[id(w)], w) for w in siblings]))
+    return families
+
+
+def _expand_flat_entries(entries: list[dict[str, Any]], keyed: list[tuple[str, Parameter]], qualified: bool
+                         ) -> tuple[list[dict[str, Any]], list[tuple[int, ParameterWindow | None]]] | None:
+    """The saved parameter entries with every entry that is a given family of windows' flat Parameter saved whole
+    (its name, its shape; with qualified keys, none of the windows' keys saved) replaced by one entry per window,
+    and for each entry (the saved index it reads, the window or None). None when no entry is such."""
+    use_key = qualified and all("key" in e for e in entries)
+    saved = [e["key"] if use_key else e["name"] for e in entries]
+    taken: dict[int, list[tuple[str, ParameterWindow]]] = {}
+    for name, base, windows in _window_families(keyed, use_key):
+        if use_key and any(key in saved for key, _ in windows):
+            continue
+        for i, e in enumerate(entries):
+            if i not in taken and saved[i] == name and tuple(e["shape"]) == base.shape:
+                taken[i] = windows
+                break
+    if not taken:
+        return None
+    out: list[dict[str, Any]] = []
+    sources: list[tuple[int, ParameterWindow | None]] = []
+    for i, e in enumerate(entries):
+        for key, w in taken.get(i, ()):
+            out.append({"name": w.name, "shape": list(w.shape), **({"key": key} if use_key else {})})
+            sources.append((i, w))
+        if i not in taken:
+            out.append(e)
+            sources.append((i, None))
+    return out, sources
+
+
+def _expand_optimizer(state: Any, positions: Any, sources: list[tuple[int, ParameterWindow | None]],
+                      saved: list[dict[str, Any]]) -> tuple[Any, list[int]] | None:
+    """An optimiser's resolved state (placeholders) saved over flat Parameters that load as windows
+    (:func:`_expand_flat_entries`): each flat Parameter's index in ``state`` and in its group's ``params``
+    becomes its windows' consecutive indices, its state arrays their windows' elements (:class:`_Cut`); and its
+    ``optimizer_params`` (saved parameter index per optimiser parameter) in the expanded entries' indices. None
+    when the state is not laid out so (the state's own checks then report it)."""
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict) or not isinstance(positions, list) \
+            or not all(isinstance(i, int) and 0 <= i < len(saved) for i in positions):
+        return None
+    expanded = {i: [j for j, (src, _) in enumerate(sources) if src == i] for i in set(positions)}
+    new_index: list[list[int]] = []   # old optimiser index -> new ones
+    cursor = 0
+    for i in positions:
+        n = len(expanded[i])
+        new_index.append(list(range(cursor, cursor + n)))
+        cursor += n
+    new_state: dict[int, Any] = {}
+    for k, entry in state["state"].items():
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < len(positions) or not isinstance(entry, dict):
+            return None
+        for j, new in zip(expanded[positions[k]], new_index[k]):
+            w = sources[j][1]
+            new_state[new] = {name: _Cut(v.name, tuple(saved[positions[k]]["shape"]), w.index)
+                              if isinstance(v, _Ref) and w is not None else v for name, v in entry.items()}
+    groups = []
+    for g in state.get("param_groups", []):
+        if not isinstance(g, dict) or not isinstance(g.get("params"), list) \
+                or not all(isinstance(k, int) and 0 <= k < len(positions) for k in g["params"]):
+            return None
+        groups.append({**g, "params": [new for k in g["params"] for new in new_index[k]]})
+    return ({**state, "state": new_state, "param_groups": groups},
+            [j for i in positions for j in expanded[i]])
+
+
 def _references(section: str, refs: dict[str, str]) -> Callable[[Any], _Ref]:
     """A resolver for :func:`_join_arrays` that records each array reference of ``section`` in ``refs``
     (member name -> section); a malformed or repeated reference raises ValueError."""
@@ -359,7 +479,9 @@ def _optimizer_shapes(state: Any, optimizer: Any) -> dict[str, tuple[int, ...]]:
     for key, entry in by_index.items() if isinstance(by_index, dict) else ():
         i = key if isinstance(key, int) and not isinstance(key, bool) else -1
         for name, value in entry.items() if isinstance(entry, dict) else ():
-            if isinstance(value, _Ref) and name in optimizer.state_names and 0 <= i < len(params):
+            if isinstance(value, _Cut) and name in optimizer.state_names and 0 <= i < len(params):
+                shapes[value.name] = value.shape   # the flat Parameter's state, read whole and cut
+            elif isinstance(value, _Ref) and name in optimizer.state_names and 0 <= i < len(params):
                 shapes[value.name] = tuple(params[i].shape)
     return shapes
 
@@ -430,8 +552,20 @@ def load(path: str | os.PathLike[str], parameters: Any = None, optimizer: Any = 
             raise CheckpointError(f"{where} lacks the member(s) {reprlib.repr(missing)} its metadata refers to")
         if foreign:
             raise CheckpointError(f"{where} holds member(s) {reprlib.repr(foreign)} its metadata does not refer to")
+        saved_entries = meta["parameters"]
+        expanded = _expand_flat_entries(saved_entries, keyed, qualified) if keyed else None
+        sources = [(i, None) for i in range(len(saved_entries))]
+        if expanded is not None:   # flat Parameters saved whole, loaded as their windows
+            entries, sources = expanded
+            meta = {**meta, "parameters": entries}
+            if optimizer is not None and meta["optimizer"] is not None:
+                translated = _expand_optimizer(placeholders["optimizer"], meta.get("optimizer_params"), sources,
+                                               saved_entries)
+                if translated is not None:
+                    placeholders["optimizer"], meta["optimizer_params"] = translated
         order = _match(where, meta["parameters"], keyed, qualified) if keyed else []
-        shapes = {f"param/{i}": tuple(p.shape) for (_, p), i in zip(keyed, order)}
+        shapes = {f"param/{sources[i][0]}": tuple(p.shape) if sources[i][1] is None
+                  else tuple(saved_entries[sources[i][0]]["shape"]) for (_, p), i in zip(keyed, order)}
         if optimizer is not None:
             shapes.update(_optimizer_shapes(placeholders["optimizer"], optimizer))
             stray = [name for name, section in refs.items() if section == "optimizer" and name not in shapes]
@@ -447,15 +581,17 @@ def load(path: str | os.PathLike[str], parameters: Any = None, optimizer: Any = 
                   if (shape := shapes.get(name)) is not None or section in needed}
     try:   # the metadata's references to arrays, resolved
         extra = _join_arrays(meta["extra"], arrays.__getitem__)
-        optimizer_state = _join_arrays(meta["optimizer"], arrays.__getitem__) if optimizer is not None else None
+        optimizer_state = _resolve(placeholders["optimizer"], arrays) if optimizer is not None else None
         scheduler_state = _join_arrays(meta["scheduler"], arrays.__getitem__) if scheduler is not None else None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"{where} has malformed metadata: {type(exc).__name__}: {exc}") from exc
 
     values: list[tuple[Parameter, np.ndarray]] = []
     for (key, p), i in zip(keyed, order):
+        src, window = sources[i]
+        array = arrays[f"param/{src}"] if window is None else arrays[f"param/{src}"].reshape(-1)[window.index]
         try:
-            values.append((p, as_float32_array(arrays[f"param/{i}"], f"parameter {key!r}", p.shape)))
+            values.append((p, as_float32_array(array, f"parameter {key!r}", p.shape)))
         except ValueError as exc:
             raise CheckpointError(f"{where}: {exc}") from None
     if keyed and optimizer is not None and meta.get("optimizer_params") is not None:

@@ -50,8 +50,7 @@ def test_fused_equals_layer_by_layer_after_load_state_dict(name):
     fy, fdx, fgrads = vjp(ff, x, dy)
     close(fy, y, "output")
     close(fdx, dx, "input gradient")
-    fgrads = ff.as_state_dict(fgrads["params"])
-    assert fgrads.keys() == grads.keys()
+    assert list(fgrads) == list(grads)
     for key in grads:
         close(fgrads[key], grads[key], f"gradient of {key}")
 

@@ -79,7 +79,7 @@ def test_state_dict_is_fully_fused_mlps(in_f: int, hidden: int, layers: int, out
     assert flat_layers.state_shapes(table) == {k: v.shape for k, v in want.items()}
     # TensorCoreMLP.as_state_dict on its layout, without its constructor (which needs CUDA)
     tc = object.__new__(TensorCoreMLP)
-    tc.layers = table
+    tc.layers, tc.n_frequencies = table, 0
     got = tc.as_state_dict(initial_flat(in_f, hidden, layers, out_f, make_activation("relu"), None, seed=5))
     assert list(got) == list(want) == [f"{j}.{p}" for j in range(layers + 1) for p in ("weight", "bias")]
     for key in want:

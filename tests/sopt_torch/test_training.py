@@ -109,7 +109,9 @@ def test_sopt_adam_over_torch_module_parameters(tdev: torch.device) -> None:
     twin = TorchModule(FullyFusedMLP(2, 1, 8, 1, activation="tanh", seed=2))
     opt = sopt.optim.Adam(net.parameters(), lr=0.02)
     ref = torch.optim.Adam(twin.parameters(), lr=0.02)
-    assert opt.arena.params == [module.params]   # the sopt Parameter itself, once for all its windows
+    # the sopt Parameters of the same names (windows of the flat one), which the arena holds once
+    assert [p.key for p in opt.param_groups[0]["params"]] == [k for k, _ in module.named_parameters()]
+    assert opt.arena.params == module.parameters() and opt.arena.storage_params == [module.params]
     x, target = _batch(tdev, seed=2)
     for i in range(3):
         for model, o in ((net, opt), (twin, ref)):
