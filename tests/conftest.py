@@ -21,7 +21,10 @@ from typing import Iterator
 import pytest
 
 GRACE_S = 8.0
+_SENTINEL = 255   # a byte no signal number is: written after a test's own SIGTERMs, read back by the watchdog
 _own_sigterm = threading.Event()   # set while a test sends SIGTERM to this process itself
+_drained = threading.Event()       # the watchdog has read every byte up to the last sentinel
+_wakeup: list[socket.socket] = []  # the writing end of the wakeup fd, once installed
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -31,13 +34,18 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 
 def _watchdog(wakeup: socket.socket) -> None:
+    # bytes arrive in signal order, so a test's own SIGTERMs are all read (while _own_sigterm is set) before the
+    # sentinel its end writes
     while True:
         data = wakeup.recv(256)
         if not data:
             return
-        if signal.SIGTERM in data and not _own_sigterm.is_set():
-            time.sleep(GRACE_S)
-            os._exit(128 + signal.SIGTERM)
+        for byte in data:
+            if byte == _SENTINEL:
+                _drained.set()
+            elif byte == signal.SIGTERM and not _own_sigterm.is_set():
+                time.sleep(GRACE_S)
+                os._exit(128 + signal.SIGTERM)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     threading.Thread(target=_watchdog, args=(reader,), name="sigterm-watchdog", daemon=True).start()
     config._sopt_sigterm_sockets = (reader, writer)   # kept alive for the session
+    _wakeup.append(writer)
 
 
 @contextlib.contextmanager
@@ -63,6 +72,10 @@ def sending_own_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if _wakeup:   # let the watchdog read this test's SIGTERMs while they are still its own
+            _drained.clear()
+            _wakeup[0].send(bytes([_SENTINEL]))
+            _drained.wait(10.0)
         _own_sigterm.clear()
 
 

@@ -48,3 +48,29 @@ def test_sigterm_stops_the_suite_within_seconds(tmp_path, which):
     took = time.monotonic() - sent
     assert proc.returncode != 0, out
     assert took < 20, (took, out)
+
+
+OWN_THEN_LATER = '''
+import signal, time
+
+def test_sends_itself_sigterm(own_sigterm):
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    signal.raise_signal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, previous)
+    assert got == [signal.SIGTERM]
+
+def test_runs_past_the_grace_period():
+    time.sleep(GRACE)
+'''
+
+
+def test_a_tests_own_sigterm_does_not_end_the_suite_later(tmp_path):
+    # the watchdog reads the wakeup fd on its own thread: a test's own signal must be read as its own even when the
+    # watchdog gets to it after the test ended
+    from conftest import GRACE_S
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_own.py").write_text(OWN_THEN_LATER.replace("GRACE", str(GRACE_S + 2)), encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr

@@ -15,7 +15,7 @@ import numpy as np
 
 from sopt.compat import is_checked
 
-CHECKED_VERSIONS = ("13.0.0",)
+CHECKED_VERSIONS = ("12.3.0", "13.0.0")
 
 # (Pillow's raw mode for the high bytes) -> the raw mode that unpacks the low bytes in their place
 _LOW_BYTES = {"RGB;16B": "RGB;16L", "RGBA;16B": "RGBA;16L"}
