@@ -68,7 +68,7 @@ def main() -> int:
     device = measure("open the device (sopt.get_device: spy.Device)", dev.get_device, free)
     print(f"  (device: {dev.device_kind()}, {device.info.adapter_name})")
     lib = dev.slang_lib_path()
-    launch = ROOT / "sopt" / "problems" / "fit_projectile" / "launch.slang"
+    launch = ROOT / "problems" / "fit_projectile" / "launch.slang"
     module = measure("spy.Module.load_from_file (fit_projectile/launch)",
                      lambda: spy.Module.load_from_file(device, str(launch)), free)
     measure("device.load_module (sim/projectile)", lambda: device.load_module(str(lib / "sim" / "projectile.slang")),

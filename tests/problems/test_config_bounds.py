@@ -170,7 +170,7 @@ def readme_configs() -> list[tuple[str, dict[str, Any]]]:
     them; tests/problems/test_readmes.py checks there are no JSON ones)."""
     out = []
     for name in PROBLEMS:
-        text = (ROOT / "sopt" / "problems" / name / "README.md").read_text(encoding="utf-8")
+        text = (ROOT / "problems" / name / "README.md").read_text(encoding="utf-8")
         out += [(name, tomllib.loads(block)) for block in re.findall(r"```toml\n(.*?)```", text, re.S)]
     return out
 

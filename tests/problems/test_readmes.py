@@ -19,7 +19,8 @@ from sopt.config.schema import defaults
 from sopt.experiments.cli import load_run_config
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-READMES = sorted((REPO / "sopt" / "problems").glob("*/README.md"))
+READMES = sorted((REPO / "problems").glob("*/README.md"))
+assert READMES, f"no problem READMEs under {REPO / 'problems'}"
 DEFAULTS_MARK = "<!-- the defaults"   # the comment line before the TOML block that shows the defaults
 
 
