@@ -153,6 +153,8 @@ class Module:
         if isinstance(x, np.ndarray):
             x = as_batch(x, getattr(self, "in_features", None), type(self).__name__)
         y = self.forward(x, tape.encoder)
+        # a duck-typed model (the Trainer's contract: forward, backward, parameters) has no storage_parameters
+        params = self.storage_parameters() if isinstance(self, Module) else list(self.parameters())
         tape.record(type(self).__name__, _recorded, lambda enc, redirect: self.backward(redirect[0], y, enc),
-                    reads=[x], writes=[y], write_grads=[x], params=self.storage_parameters())
+                    reads=[x], writes=[y], write_grads=[x], params=params)
         return y
