@@ -20,7 +20,6 @@ import os
 import pathlib
 import platform
 import socket
-import stat
 import sys
 import threading
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 from sopt.config.files import write_atomic
 from sopt.config.schema import short
 from sopt.utils.nesting import text_depth
-from sopt.utils.regular_file import name_problem, read_bytes
+from sopt.utils.regular_file import NotRegularFileError, name_problem, open_regular, read_bytes
 
 CONFIG_FILE, OVERRIDES_FILE, METRICS_FILE, SUMMARY_FILE, ENV_FILE, CHECKPOINT_FILE, ERROR_FILE = (
     "config.toml", "overrides.txt", "metrics.jsonl", "summary.json", "env.json", "checkpoint.npz", "error.txt")
@@ -297,12 +296,12 @@ def fingerprint(path: str | os.PathLike[str]) -> dict[str, Any]:
     read, never waited on)."""
     shown = os.fspath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        f = open_regular(path)
     except (FileNotFoundError, NotADirectoryError):
         return {"path": shown, "missing": True}
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return {"path": shown, "not_a_file": True}
+    except NotRegularFileError:
+        return {"path": shown, "not_a_file": True}
+    with f:
         digest, size = hashlib.sha256(), 0
         while chunk := f.read(_HASH_CHUNK):
             digest.update(chunk)
